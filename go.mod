@@ -1,0 +1,3 @@
+module github.com/envoy-rls/envoy-rls
+
+go 1.25.0

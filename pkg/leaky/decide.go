@@ -1,0 +1,157 @@
+package leaky
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// State is what a store keeps for one bucket. The zero State is an empty
+// bucket.
+type State struct {
+	// Counter is the number of requests in the bucket.
+	Counter int64
+	// Timestamp is the Unix time in microseconds of the bucket's last drip,
+	// or of its first request after it was empty.
+	Timestamp int64
+}
+
+// Result is the outcome of one decision for one bucket.
+type Result struct {
+	// Admitted reports whether the bucket had room for the hits. A peek
+	// (0 hits) is admitted unless the bucket is over its size; a refund
+	// (negative hits) always is.
+	Admitted bool
+	// State is the bucket after the decision: dripped to now, and charged
+	// with the hits when they were admitted.
+	State State
+	// Remaining is Size minus the counter after the decision; 0 when the
+	// hits were not admitted.
+	Remaining int64
+	// Clear is the time until the bucket is empty.
+	Clear time.Duration
+	// Reset is, when the hits were not admitted, the time until enough has
+	// leaked for them to fit. Hits larger than the bucket never fit; Reset is
+	// then the time to empty the bucket plus one drip.
+	Reset time.Duration
+	// TTL is how long a store must keep State: until the bucket is empty, plus
+	// one drip. 0 means the bucket is empty and need not be kept.
+	TTL time.Duration
+}
+
+// Decide drips the bucket in state s to now and decides whether hits more
+// requests fit in it: counter + hits <= Size. When they fit, they are charged.
+// Hits of 0 check without charging; negative hits give requests back (the
+// counter does not go below 0). Time going backwards drips nothing.
+//
+// Decide is pure and allocates nothing: the same arguments always give the
+// same Result. Limit fields out of range are read as their nearest valid
+// value (see Limit.Validate).
+func Decide(s State, l Limit, now time.Time, hits int64) Result {
+	return decide(s, l.clamped(), now.UnixMicro(), hits)
+}
+
+// decide is Decide on a clamped limit, with now in Unix microseconds. Every
+// step below has its line in the Redis script.
+func decide(s State, l Limit, now, hits int64) Result {
+	rate := int64(l.DripRate / time.Microsecond)
+	counter, ts := s.Counter, s.Timestamp
+	if counter < 0 {
+		counter = 0
+	}
+	since := elapsed(ts, now)
+
+	// 1. Drip: whole drips since the last one leave the bucket.
+	if counter > 0 {
+		drips := since / rate
+		if drips >= ceilDiv(counter, l.DripSize) {
+			counter = 0
+		} else if drips > 0 {
+			counter -= drips * l.DripSize // < counter: no overflow
+			ts += drips * rate            // <= now: no overflow
+			since -= drips * rate
+		}
+	}
+	if counter == 0 {
+		// An empty bucket starts leaking from its next request, not before.
+		ts, since = now, 0
+	}
+
+	// 2. Check, and charge what fits.
+	var r Result
+	switch {
+	case hits < 0:
+		r.Admitted = true
+		counter += hits // counter >= 0: no overflow
+		if counter <= 0 {
+			counter, ts, since = 0, now, 0
+		}
+	case hits <= l.Size-counter:
+		r.Admitted = true
+		counter += hits
+	}
+	r.State = State{Counter: counter, Timestamp: ts}
+
+	// 3. Report, in microseconds until converted.
+	clear := drainTime(counter, l.DripSize, rate, since)
+	if r.Admitted && counter < l.Size {
+		r.Remaining = l.Size - counter
+	}
+	if !r.Admitted {
+		reset := addSat(clear, rate)
+		if hits <= l.Size {
+			need := hits - (l.Size - counter) // > 0: the hits did not fit
+			reset = drainTime(need, l.DripSize, rate, since)
+		}
+		r.Reset = micros(reset)
+	}
+	r.Clear = micros(clear)
+	if counter > 0 {
+		r.TTL = micros(addSat(clear, rate))
+	}
+	return r
+}
+
+// elapsed returns now - ts in microseconds: 0 when time went backwards, and
+// saturated instead of overflowing for a corrupt timestamp.
+func elapsed(ts, now int64) int64 {
+	if now <= ts {
+		return 0
+	}
+	d := now - ts
+	if d < 0 {
+		return math.MaxInt64
+	}
+	return d
+}
+
+// drainTime returns how long, in microseconds, until n requests have leaked
+// from a bucket whose last drip was since microseconds ago.
+func drainTime(n, dripSize, rate, since int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return mulSat(ceilDiv(n, dripSize), rate) - since // since < rate: > 0
+}
+
+// micros converts microseconds to a Duration, saturating.
+func micros(us int64) time.Duration {
+	return time.Duration(mulSat(us, int64(time.Microsecond)))
+}
+
+// mulSat returns a*b for a, b >= 0, or MaxInt64 if that overflows.
+func mulSat(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
+
+// addSat returns a+b for a, b >= 0, or MaxInt64 if that overflows.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

@@ -1,0 +1,300 @@
+// Package memory is the in-process leaky-bucket store: the embedded default
+// for a single replica, with no setup.
+//
+// Buckets live in a fixed number of shards, each a map behind its own mutex.
+// A request locks the shards of all its buckets (in ascending order, so two
+// requests never deadlock), decides them with leaky.DecideAll and saves them,
+// so every request is atomic. Buckets expire once they would have drained,
+// and their number is bounded: when a shard is full, the bucket closest to
+// draining, of a few sampled, makes room (Redis's volatile-ttl policy).
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// MaxBuckets bounds the number of buckets kept; default DefaultMaxBuckets.
+	MaxBuckets int
+	// Shards is the number of independently locked maps, rounded down to a
+	// power of two and to at most MaxBuckets; default 64.
+	Shards int
+	// SweepInterval is how often expired buckets are removed in the
+	// background; default 10s. Negative disables the sweeper; expired buckets
+	// then leave only when a full shard needs room or Sweep is called.
+	SweepInterval time.Duration
+	// Clock gives the sweeper the time; default time.Now. Requests bring
+	// their own time.
+	Clock func() time.Time
+}
+
+// DefaultMaxBuckets bounds the memory store unless Options say otherwise.
+const DefaultMaxBuckets = 1_000_000
+
+const (
+	defaultShards        = 64
+	defaultSweepInterval = 10 * time.Second
+	evictionSamples      = 8
+)
+
+// Store is the in-memory store. It is safe for concurrent use.
+type Store struct {
+	shards    []shard
+	mask      uint64
+	perShard  int
+	seed      maphash.Seed
+	evictions atomic.Uint64
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]entry
+	_  [40]byte // keeps neighbouring shards' mutexes off one cache line
+}
+
+type entry struct {
+	state   leaky.State
+	expires int64 // Unix microseconds
+}
+
+// New returns an empty store and starts its sweeper. Close stops it.
+func New(opts Options) (*Store, error) {
+	if opts.MaxBuckets == 0 {
+		opts.MaxBuckets = DefaultMaxBuckets
+	}
+	if opts.MaxBuckets < 1 {
+		return nil, fmt.Errorf("memory store: max buckets must be at least 1, got %d", opts.MaxBuckets)
+	}
+	if opts.Shards == 0 {
+		opts.Shards = defaultShards
+	}
+	if opts.Shards < 1 {
+		return nil, fmt.Errorf("memory store: shards must be at least 1, got %d", opts.Shards)
+	}
+	if opts.SweepInterval == 0 {
+		opts.SweepInterval = defaultSweepInterval
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	n := 1
+	for n*2 <= opts.Shards && n*2 <= opts.MaxBuckets {
+		n *= 2
+	}
+	s := &Store{
+		shards:   make([]shard, n),
+		mask:     uint64(n - 1),
+		perShard: opts.MaxBuckets / n,
+		seed:     maphash.MakeSeed(),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]entry)
+	}
+	if opts.SweepInterval > 0 {
+		go s.sweepEvery(opts.SweepInterval, opts.Clock)
+	} else {
+		close(s.done)
+	}
+	return s, nil
+}
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("memory store is closed")
+
+// Apply decides the buckets of one request atomically, with the
+// all-or-nothing rule of leaky.DecideAll, and saves them if the request is
+// admitted. results must be as long as buckets. It fails only when ctx is done
+// or the store is closed, and then changes nothing.
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
+	if len(results) < len(buckets) {
+		return fmt.Errorf("memory store: %d results for %d buckets", len(results), len(buckets))
+	}
+	var (
+		shardBuf [8]uint32
+		lockBuf  [8]uint32
+		stateBuf [8]leaky.State
+	)
+	ids, locks, states := shardBuf[:0], lockBuf[:0], stateBuf[:0]
+	for _, b := range buckets {
+		id := uint32(maphash.String(s.seed, b.Key) & s.mask)
+		ids = append(ids, id)
+		locks = insertSorted(locks, id)
+	}
+	for _, id := range locks {
+		s.shards[id].mu.Lock()
+	}
+	defer func() {
+		for _, id := range locks {
+			s.shards[id].mu.Unlock()
+		}
+	}()
+
+	us := now.UnixMicro()
+	for i, b := range buckets {
+		var st leaky.State
+		if e, ok := s.shards[ids[i]].m[b.Key]; ok && e.expires > us {
+			st = e.state
+		}
+		states = append(states, st)
+	}
+	if !leaky.DecideAll(states, buckets, now, results[:len(buckets)]) {
+		return nil // a rejected request changes nothing
+	}
+	for i, b := range buckets {
+		s.save(&s.shards[ids[i]], b.Key, results[i], us, buckets)
+	}
+	return nil
+}
+
+// save stores one decided bucket in its locked shard. request names the
+// buckets of the request being saved, which eviction must not pick.
+func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request []leaky.Bucket) {
+	if r.TTL <= 0 {
+		delete(sh.m, key) // empty: nothing to remember
+		return
+	}
+	e := entry{state: r.State, expires: now + r.TTL.Microseconds()}
+	if _, ok := sh.m[key]; ok {
+		sh.m[key] = e
+		return
+	}
+	if len(sh.m) >= s.perShard {
+		s.evict(sh, now, request)
+	}
+	// The key may share memory with a longer one; keep only its own bytes.
+	sh.m[strings.Clone(key)] = e
+}
+
+// evict removes, of a few sampled buckets not in the current request, the
+// one that expires first: expired buckets go before live ones, and among live
+// ones the nearest to empty loses the least.
+func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) {
+	var (
+		victim  string
+		expires int64
+		found   bool
+		sampled int
+	)
+	for k, e := range sh.m {
+		if inRequest(k, request) {
+			continue
+		}
+		if !found || e.expires < expires {
+			victim, expires, found = k, e.expires, true
+		}
+		if sampled++; sampled == evictionSamples || e.expires <= now {
+			break
+		}
+	}
+	if found {
+		delete(sh.m, victim)
+		if expires > now {
+			s.evictions.Add(1)
+		}
+	}
+}
+
+func inRequest(key string, request []leaky.Bucket) bool {
+	for _, b := range request {
+		if b.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// insertSorted adds id to the ascending set ids.
+func insertSorted(ids []uint32, id uint32) []uint32 {
+	i := 0
+	for i < len(ids) && ids[i] < id {
+		i++
+	}
+	if i < len(ids) && ids[i] == id {
+		return ids
+	}
+	ids = append(ids, 0)
+	copy(ids[i+1:], ids[i:])
+	ids[i] = id
+	return ids
+}
+
+// Len returns the number of buckets held, expired ones not yet swept
+// included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many live buckets were dropped to make room since
+// the store was created.
+func (s *Store) Evictions() uint64 { return s.evictions.Load() }
+
+// Sweep removes the buckets that have expired at now, one shard at a time,
+// and returns how many it removed.
+func (s *Store) Sweep(now time.Time) int {
+	us := now.UnixMicro()
+	removed := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expires <= us {
+				delete(sh.m, k)
+				removed++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return removed
+}
+
+func (s *Store) sweepEvery(interval time.Duration, clock func() time.Time) {
+	defer close(s.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep(clock())
+		}
+	}
+}
+
+// Close stops the sweeper. Apply fails with ErrClosed afterwards.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
