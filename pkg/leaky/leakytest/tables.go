@@ -19,7 +19,9 @@ func one(at time.Duration, b leaky.Bucket, want outcome) call {
 
 func tables() []table {
 	const s = time.Second
-	perSecond := func(size, dripSize int64) leaky.Limit { return leaky.Limit{Size: size, DripRate: s, DripSize: dripSize} }
+	perSecond := func(size, dripSize int64) leaky.Limit {
+		return leaky.Limit{Size: size, DripRate: s, DripSize: dripSize}
+	}
 
 	l3 := perSecond(3, 1)
 	l10x4 := perSecond(10, 4)

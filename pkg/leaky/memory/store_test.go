@@ -72,7 +72,7 @@ func TestEvictionPrefersBucketsNearEmpty(t *testing.T) {
 func TestSweepRemovesExpiredBuckets(t *testing.T) {
 	s := newStore(t, Options{SweepInterval: -1})
 	l := leaky.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
-	charge(t, s, t0, "a", l)                    // expires at t0+2s
+	charge(t, s, t0, "a", l)                     // expires at t0+2s
 	charge(t, s, t0.Add(10*time.Second), "b", l) // expires at t0+12s
 	if n := s.Sweep(t0.Add(2 * time.Second)); n != 1 {
 		t.Fatalf("Sweep removed %d buckets, want 1", n)
