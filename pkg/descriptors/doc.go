@@ -1,0 +1,25 @@
+// Package descriptors loads the rate-limit configuration and resolves request
+// descriptors to the buckets they are checked against.
+//
+// A config file holds one domain and a tree of descriptors, in a superset of
+// envoyproxy/ratelimit's format:
+//
+//	domain: api
+//	descriptors:
+//	  - key: user                 # any value: one bucket per user
+//	    leaky_bucket: {size: 60, drip_rate: 1s}
+//	    descriptors:
+//	      - key: action
+//	        value: trade          # exact value
+//	        rate_limit: {unit: minute, requests_per_unit: 5}
+//
+// Loading is strict: an unknown field, a value of the wrong type or a limit
+// out of range is an error naming the file, the line and the field, and a
+// file with any error is not used. Fields of envoyproxy/ratelimit that have
+// no effect here are accepted with a warning.
+//
+// The compiled tree is immutable. Domain.Resolve turns a request descriptor
+// such as [user=alex, action=trade] into every level on its path that has a
+// limit (user=alex, then user=alex/action=trade), each with a bucket key that
+// no other descriptor path can produce.
+package descriptors

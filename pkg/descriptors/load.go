@@ -1,0 +1,132 @@
+package descriptors
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Config is a loaded, validated configuration: one Domain per file. It is
+// immutable and safe for concurrent use.
+type Config struct {
+	domains map[string]*Domain
+	files   []string
+}
+
+// Domain returns the named domain, or nil if no file defines it.
+func (c *Config) Domain(name string) *Domain {
+	return c.domains[name]
+}
+
+// Domains returns every domain, sorted by name.
+func (c *Config) Domains() []*Domain {
+	ds := make([]*Domain, 0, len(c.domains))
+	for _, d := range c.domains {
+		ds = append(ds, d)
+	}
+	slices.SortFunc(ds, func(a, b *Domain) int { return strings.Compare(a.Name, b.Name) })
+	return ds
+}
+
+// Files returns the files the config was loaded from, in load order.
+func (c *Config) Files() []string { return c.files }
+
+// Load reads a config file, or every *.yaml and *.yml file of a directory
+// (not its subdirectories, nor files whose name starts with a dot, such as
+// a Kubernetes ConfigMap's ..data), validates it all and compiles it.
+//
+// It returns the warnings (fields accepted but without effect, settings that
+// do nothing) in every case, and an *Error listing every problem when the
+// config is invalid.
+func Load(path string) (*Config, []Problem, error) {
+	files, err := configFiles(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	sources := make([]Source, len(files))
+	for i, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading config: %w", err)
+		}
+		sources[i] = Source{Name: f, Data: data}
+	}
+	return Parse(sources...)
+}
+
+// Source is one config file's name and content.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// Parse validates and compiles config files already read, as Load does.
+func Parse(sources ...Source) (*Config, []Problem, error) {
+	c := &Config{domains: map[string]*Domain{}}
+	var errs, warnings []Problem
+	firstLine := map[string]int{}
+	for _, src := range sources {
+		r := &reader{file: src.Name}
+		raw := parseFile(r, src.Data)
+		r.finish()
+		warnings = append(warnings, r.warnings...)
+		if len(r.errors) > 0 {
+			errs = append(errs, r.errors...)
+			continue
+		}
+		if prev, dup := c.domains[raw.name]; dup {
+			errs = append(errs, Problem{File: src.Name, Line: raw.line, Field: "domain",
+				Msg: fmt.Sprintf("%q is already defined in %s:%d", raw.name, prev.File, firstLine[raw.name])})
+			continue
+		}
+		if len(raw.descriptors) == 0 {
+			warnings = append(warnings, Problem{File: src.Name, Line: raw.line, Field: "descriptors",
+				Msg: fmt.Sprintf("domain %q has no descriptors: every request for it is allowed", raw.name)})
+		}
+		c.domains[raw.name] = compile(src.Name, raw)
+		firstLine[raw.name] = raw.line
+		c.files = append(c.files, src.Name)
+	}
+	if len(errs) > 0 {
+		return nil, warnings, &Error{Problems: errs}
+	}
+	return c, warnings, nil
+}
+
+// configFiles lists the files Load reads for path.
+func configFiles(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		ext := strings.ToLower(filepath.Ext(name))
+		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+			continue
+		}
+		full := filepath.Join(path, name)
+		if st, err := os.Stat(full); err != nil || st.IsDir() {
+			continue // a dangling link or a directory named *.yaml
+		}
+		files = append(files, full)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("reading config: %w: no *.yaml or *.yml file in %s", ErrNoConfig, path)
+	}
+	return files, nil
+}
+
+// ErrNoConfig is returned by Load for a directory without config files.
+var ErrNoConfig = errors.New("no config files")

@@ -1,0 +1,330 @@
+package descriptors
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// The fields each YAML mapping may have. The envoyproxy/ratelimit fields
+// this service does not act on are accepted with a warning.
+var (
+	fileFields       = []string{"domain", "descriptors"}
+	descriptorFields = []string{"key", "value", "name", "leaky_bucket", "rate_limit", "shadow_mode", "descriptors",
+		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
+	leakyFields = []string{"size", "drip_rate", "drip_size"}
+	rateFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces"}
+)
+
+// ignored explains, per accepted field that has no effect, why.
+var ignored = map[string]string{
+	"detailed_metric": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: this service exports no per-limit metrics yet",
+	"value_to_metric": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: this service exports no per-limit metrics yet",
+	"quota_mode":      "is accepted for compatibility with envoyproxy/ratelimit and has no effect: quota mode is not supported",
+	"metadata":        "is accepted for compatibility with envoyproxy/ratelimit and has no effect: descriptor metadata is not sent",
+	"replaces":        "is accepted for compatibility with envoyproxy/ratelimit and has no effect: every matched limit applies",
+}
+
+// rawDomain is one file's domain as written, checked field by field.
+type rawDomain struct {
+	name        string
+	line        int
+	descriptors []*rawNode
+}
+
+// rawNode is one descriptor as written, checked field by field.
+type rawNode struct {
+	line  int
+	path  string // YAML path, e.g. descriptors[0].descriptors[1]
+	key   string
+	value string // "" for any value
+	name  string
+
+	limit     *leaky.Limit
+	rate      *leaky.Rate // the limit as written in rate_limit form, if it was
+	unlimited bool
+
+	shadow         bool
+	shareThreshold bool
+	children       []*rawNode
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// parseFile reads one config file. It returns nil when the file has errors,
+// which the reader holds with the warnings.
+func parseFile(r *reader, data []byte) *rawDomain {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			r.errors = append(r.errors, Problem{File: r.file, Line: 1, Field: "domain", Msg: "is required: the file is empty"})
+			return nil
+		}
+		r.errors = append(r.errors, yamlProblem(r.file, err))
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		r.errors = append(r.errors, Problem{File: r.file, Line: extra.Line, Msg: "holds more than one YAML document: put each domain in its own file"})
+		return nil
+	}
+	root := deref(doc.Content[0])
+	fields, ok := r.mapping(root, "", fileFields)
+	if !ok {
+		return nil
+	}
+	d := &rawDomain{line: root.Line}
+	hasDomain := false
+	for _, f := range fields {
+		switch f.name {
+		case "domain":
+			hasDomain = true
+			d.line = f.value.Line
+			if d.name, ok = r.text(f.value, "domain"); ok && d.name == "" {
+				r.errorf(f.value, "domain", "must not be empty")
+			}
+		case "descriptors":
+			d.descriptors = r.descriptorList(f.value, "descriptors")
+		}
+	}
+	if !hasDomain {
+		r.errorf(root, "domain", "is required")
+	}
+	return d
+}
+
+// yamlProblem turns a YAML syntax error into a Problem with its line.
+func yamlProblem(file string, err error) Problem {
+	msg := err.Error()
+	p := Problem{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		p.Line, _ = strconv.Atoi(m[1])
+		p.Msg = "invalid YAML: " + msg[len(m[0]):]
+	}
+	return p
+}
+
+// descriptorList reads a list of descriptors and reports siblings that
+// match the same key and value.
+func (r *reader) descriptorList(n *yaml.Node, path string) []*rawNode {
+	items, ok := r.sequence(n, path)
+	if !ok {
+		return nil
+	}
+	nodes := make([]*rawNode, 0, len(items))
+	seen := map[[2]string]int{}
+	for i, item := range items {
+		d := r.descriptor(item, fmt.Sprintf("%s[%d]", path, i))
+		if d == nil {
+			continue
+		}
+		id := [2]string{d.key, d.value}
+		if first, dup := seen[id]; dup {
+			r.errorf(item, d.path, "duplicate descriptor: key %q with %s is already defined on line %d", d.key, describeValue(d.value), first)
+			continue
+		}
+		seen[id] = d.line
+		nodes = append(nodes, d)
+	}
+	return nodes
+}
+
+func describeValue(v string) string {
+	if v == "" {
+		return "any value"
+	}
+	return fmt.Sprintf("value %q", v)
+}
+
+// descriptor reads one descriptor mapping; nil if it is unusable.
+func (r *reader) descriptor(n *yaml.Node, path string) *rawNode {
+	fields, ok := r.mapping(n, path, descriptorFields)
+	if !ok {
+		return nil
+	}
+	d := &rawNode{line: n.Line, path: path}
+	var leakyNode, rateNode *yaml.Node
+	hasKey := false
+	for _, f := range fields {
+		fp := join(path, f.name)
+		switch f.name {
+		case "key":
+			hasKey = true
+			if d.key, ok = r.text(f.value, fp); ok && d.key == "" {
+				r.errorf(f.value, fp, "must not be empty")
+			}
+		case "value":
+			d.value, _ = r.text(f.value, fp)
+			if d.value == "*" {
+				d.value = "" // "*" and no value both match any value
+			}
+		case "name":
+			d.name, _ = r.text(f.value, fp)
+		case "leaky_bucket":
+			leakyNode = f.value
+			d.limit = r.leakyBucket(f.value, fp)
+		case "rate_limit":
+			rateNode = f.value
+			r.rateLimit(f.value, fp, d)
+		case "shadow_mode":
+			d.shadow, _ = r.boolean(f.value, fp)
+		case "share_threshold":
+			d.shareThreshold, _ = r.boolean(f.value, fp)
+		case "descriptors":
+			d.children = r.descriptorList(f.value, fp)
+		case "detailed_metric", "value_to_metric", "quota_mode":
+			if on, ok := r.boolean(f.value, fp); ok && on {
+				r.warnOnce(f.key, fp, f.name, ignored[f.name])
+			}
+		case "metadata":
+			r.warnOnce(f.key, fp, f.name, ignored[f.name])
+		}
+	}
+	if !hasKey {
+		r.errorf(n, join(path, "key"), "is required")
+	}
+	if leakyNode != nil && rateNode != nil {
+		r.errorf(rateNode, path, "has both leaky_bucket (line %d) and rate_limit: give one", leakyNode.Line)
+	}
+	if d.shareThreshold && !strings.Contains(d.value, "*") {
+		r.warnf(n, join(path, "share_threshold"), "has no effect: value %q has no '*' wildcard", d.value)
+	}
+	if d.shadow && d.limit == nil {
+		r.warnf(n, join(path, "shadow_mode"), "has no effect: the descriptor has no limit")
+	}
+	return d
+}
+
+func (r *reader) leakyBucket(n *yaml.Node, path string) *leaky.Limit {
+	fields, ok := r.mapping(n, path, leakyFields)
+	if !ok {
+		return nil
+	}
+	l := leaky.Limit{DripSize: 1}
+	valid, has := true, map[string]bool{}
+	for _, f := range fields {
+		fp := join(path, f.name)
+		has[f.name] = true
+		switch f.name {
+		case "size":
+			l.Size, ok = r.integer(f.value, fp, 0, leaky.MaxSize)
+		case "drip_rate":
+			l.DripRate, ok = r.duration(f.value, fp)
+		case "drip_size":
+			l.DripSize, ok = r.integer(f.value, fp, 1, leaky.MaxSize)
+		}
+		valid = valid && ok
+	}
+	for _, req := range []string{"size", "drip_rate"} {
+		if !has[req] {
+			r.errorf(n, join(path, req), "is required")
+			valid = false
+		}
+	}
+	if !valid {
+		return nil
+	}
+	if err := l.Validate(); err != nil {
+		r.errorf(n, path, "%v", err)
+		return nil
+	}
+	return &l
+}
+
+// rateLimit reads envoyproxy/ratelimit's rate_limit block into d.
+func (r *reader) rateLimit(n *yaml.Node, path string, d *rawNode) {
+	fields, ok := r.mapping(n, path, rateFields)
+	if !ok {
+		return
+	}
+	var (
+		rate           leaky.Rate
+		unitNode       *yaml.Node
+		hasRPU, valid  = false, true
+		unlimitedField *yaml.Node
+	)
+	for _, f := range fields {
+		fp := join(path, f.name)
+		switch f.name {
+		case "unit":
+			unitNode = f.value
+			var s string
+			if s, ok = r.text(f.value, fp); ok {
+				if rate.Unit, ok = parseUnit(s); !ok {
+					r.errorf(f.value, fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+				}
+			}
+		case "requests_per_unit":
+			hasRPU = true
+			var v int64
+			v, ok = r.integer(f.value, fp, 0, math.MaxUint32)
+			rate.RequestsPerUnit = uint32(v)
+		case "unit_multiplier":
+			var v int64
+			v, ok = r.integer(f.value, fp, 1, math.MaxUint32)
+			rate.Multiplier = uint32(v)
+		case "unlimited":
+			unlimitedField = f.key
+			d.unlimited, ok = r.boolean(f.value, fp)
+		case "name":
+			var name string
+			if name, ok = r.text(f.value, fp); ok && name != "" {
+				if d.name != "" && d.name != name {
+					r.errorf(f.value, fp, "is %q but the descriptor's name is %q: give one name", name, d.name)
+				}
+				d.name = name
+			}
+		case "replaces":
+			ok = r.replaces(f.value, fp)
+			r.warnOnce(f.key, fp, f.name, ignored[f.name])
+		}
+		valid = valid && ok
+	}
+	switch {
+	case d.unlimited:
+		if unitNode != nil || hasRPU {
+			r.errorf(unlimitedField, join(path, "unlimited"), "cannot be combined with unit or requests_per_unit")
+		}
+		return
+	case unitNode == nil:
+		r.errorf(n, join(path, "unit"), "is required (or set unlimited: true)")
+		return
+	case !hasRPU:
+		r.errorf(n, join(path, "requests_per_unit"), "is required (0 rejects every request)")
+		return
+	case !valid:
+		return
+	}
+	l := rate.Limit()
+	d.limit, d.rate = &l, &rate
+}
+
+func parseUnit(s string) (leaky.Unit, bool) {
+	u, err := leaky.ParseUnit(s)
+	return u, err == nil
+}
+
+// replaces checks the shape of envoyproxy/ratelimit's replaces list.
+func (r *reader) replaces(n *yaml.Node, path string) bool {
+	items, ok := r.sequence(n, path)
+	for i, item := range items {
+		fp := fmt.Sprintf("%s[%d]", path, i)
+		fields, mok := r.mapping(item, fp, []string{"name"})
+		ok = ok && mok
+		for _, f := range fields {
+			_, tok := r.text(f.value, join(fp, f.name))
+			ok = ok && tok
+		}
+	}
+	return ok
+}

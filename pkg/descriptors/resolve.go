@@ -1,0 +1,149 @@
+package descriptors
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Level is one bucket that a request descriptor is checked against.
+type Level struct {
+	// Key identifies the bucket; see the package documentation.
+	Key string
+	// Rule is the limit; shared, never to be modified.
+	Rule *Rule
+}
+
+// Resolve walks the tree along a request descriptor and appends to dst one
+// Level for every node on the walk that has a limit, from the shallowest to
+// the deepest. The walk follows the entries in order and stops at the first
+// one no node matches; at each level it takes the exact value, else the
+// wildcard with the most literal characters, else the node for any value.
+//
+// A node with rate_limit {unlimited: true} on the walk makes the descriptor
+// unlimited: Resolve appends nothing. A non-nil override (a limit sent by
+// Envoy with the descriptor) is the limit of the whole descriptor, in a
+// bucket of its own keyed by every entry: it replaces the limit of the node
+// that matched the last entry, if the walk got that far, and comes after the
+// levels of the nodes above.
+//
+// The keys of all levels share one allocation; nothing else is allocated
+// for descriptors of up to 16 entries.
+func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
+	var nodeBuf [16]*node
+	nodes := nodeBuf[:0]
+	lv := d.root
+	for _, e := range entries {
+		n := lv.match(e.Key, e.Value)
+		if n == nil {
+			break
+		}
+		if n.unlimited {
+			return dst
+		}
+		nodes = append(nodes, n)
+		lv = n.children
+	}
+
+	// Which walked nodes give levels, and how many key parts to write. An
+	// override takes the place of the node for the last entry.
+	replaced := -1
+	if override != nil && len(nodes) == len(entries) {
+		replaced = len(nodes) - 1
+	}
+	levels, parts := 0, 0
+	for i, n := range nodes {
+		if n.rule != nil && i != replaced {
+			levels++
+			parts = i + 1
+		}
+	}
+	if override != nil {
+		levels++
+		parts = len(entries)
+	}
+	if levels == 0 {
+		return dst
+	}
+
+	var b strings.Builder
+	var marker []byte
+	size := len(d.prefix)
+	for i := range parts {
+		size += 1 + partLen(nodes, entries, i)
+	}
+	if override != nil {
+		marker = appendRate(make([]byte, 0, 32), override)
+		size += len(marker)
+	}
+	b.Grow(size)
+	b.WriteString(d.prefix)
+	var endBuf [16]int
+	ends := endBuf[:0]
+	for i := range parts {
+		b.WriteByte('|')
+		writePart(&b, nodes, entries, i)
+		ends = append(ends, b.Len())
+	}
+	b.Write(marker)
+	key := b.String()
+
+	for i, n := range nodes[:min(parts, len(nodes))] {
+		if n.rule != nil && i != replaced {
+			dst = append(dst, Level{Key: key[:ends[i]], Rule: n.rule})
+		}
+	}
+	if override != nil {
+		dst = append(dst, Level{Key: key, Rule: override})
+	}
+	return dst
+}
+
+// partLen returns the length of the key part of entry i: the node's own
+// part where it has one, else the entry escaped.
+func partLen(nodes []*node, entries []Entry, i int) int {
+	if i < len(nodes) && nodes[i].component != "" {
+		return len(nodes[i].component)
+	}
+	return escapedLen(entries[i].Key) + 1 + escapedLen(entries[i].Value)
+}
+
+func writePart(b *strings.Builder, nodes []*node, entries []Entry, i int) {
+	if i < len(nodes) && nodes[i].component != "" {
+		b.WriteString(nodes[i].component)
+		return
+	}
+	writeEscaped(b, entries[i].Key)
+	b.WriteByte('=')
+	writeEscaped(b, entries[i].Value)
+}
+
+func writeEscaped(b *strings.Builder, s string) {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; mustEscape(c) {
+			b.WriteString(s[start:i])
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+			start = i + 1
+		}
+	}
+	b.WriteString(s[start:])
+}
+
+// appendRate appends the override mark "|#N/unit" (or "|#N/Mxunit").
+func appendRate(b []byte, r *Rule) []byte {
+	b = append(b, "|#"...)
+	b = strconv.AppendUint(b, uint64(r.Rate.RequestsPerUnit), 10)
+	b = append(b, '/')
+	if r.Rate.Multiplier > 1 {
+		b = strconv.AppendUint(b, uint64(r.Rate.Multiplier), 10)
+		b = append(b, 'x')
+	}
+	return append(b, r.Rate.Unit.String()...)
+}

@@ -1,0 +1,180 @@
+package descriptors
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// Rule is a limit of the config: what one matched node contributes.
+type Rule struct {
+	// Name is the limit's configured name, or "".
+	Name string
+	// Path is the node's place in its domain, e.g. "user/action=trade":
+	// a key alone for a node that matches any value.
+	Path string
+	// Limit is the bucket.
+	Limit leaky.Limit
+	// Rate is the limit in requests per unit, for the response's
+	// current_limit: as written for a rate_limit, derived for a leaky_bucket.
+	Rate leaky.Rate
+	// Shadow marks a limit that is reported but never rejects.
+	Shadow bool
+}
+
+// Domain is the compiled, immutable descriptor tree of one domain.
+type Domain struct {
+	// Name is the domain as requests name it.
+	Name string
+	// File is the file the domain was loaded from.
+	File string
+
+	prefix string // the domain's key component
+	root   *level
+	rules  []*Rule // every rule of the tree, in file order
+}
+
+// Rules returns every limit of the domain in file order.
+func (d *Domain) Rules() []*Rule { return d.rules }
+
+// level holds the children of one node, indexed for matching.
+type level struct {
+	byKey map[string]*candidates
+}
+
+// candidates are the nodes of one level with the same key, in matching
+// precedence: exact value, then wildcards (most literal characters first),
+// then the node for any value.
+type candidates struct {
+	exact     map[string]*node
+	wildcards []*node
+	any       *node
+}
+
+type node struct {
+	key   string
+	value string   // as written; "" for any value
+	parts []string // a wildcard's value split at '*'; nil otherwise
+	// component is the node's fixed part of a bucket key; "" when the key
+	// takes the request's value (any value, or a wildcard not shared).
+	component string
+	rule      *Rule
+	unlimited bool
+	children  *level
+}
+
+// compile builds the tree of one parsed domain.
+func compile(file string, raw *rawDomain) *Domain {
+	d := &Domain{Name: raw.name, File: file, prefix: escape(raw.name)}
+	d.root = d.level(raw.descriptors, "")
+	return d
+}
+
+func (d *Domain) level(raws []*rawNode, parentPath string) *level {
+	if len(raws) == 0 {
+		return nil
+	}
+	lv := &level{byKey: map[string]*candidates{}}
+	for _, raw := range raws {
+		n := d.node(raw, parentPath)
+		c := lv.byKey[raw.key]
+		if c == nil {
+			c = &candidates{exact: map[string]*node{}}
+			lv.byKey[raw.key] = c
+		}
+		switch {
+		case n.parts != nil:
+			c.wildcards = append(c.wildcards, n)
+		case n.value == "":
+			c.any = n
+		default:
+			c.exact[n.value] = n
+		}
+	}
+	for _, c := range lv.byKey {
+		sort.SliceStable(c.wildcards, func(i, j int) bool {
+			return literalLen(c.wildcards[i].parts) > literalLen(c.wildcards[j].parts)
+		})
+	}
+	return lv
+}
+
+func (d *Domain) node(raw *rawNode, parentPath string) *node {
+	n := &node{key: raw.key, value: raw.value, unlimited: raw.unlimited}
+	segment := raw.key
+	if raw.value != "" {
+		segment += "=" + raw.value
+	}
+	path := segment
+	if parentPath != "" {
+		path = parentPath + "/" + segment
+	}
+	switch {
+	case strings.Contains(raw.value, "*"):
+		n.parts = strings.Split(raw.value, "*")
+		if raw.shareThreshold {
+			n.component = wildcardComponent(raw.key, n.parts)
+		}
+	case raw.value != "":
+		n.component = component(raw.key, raw.value)
+	}
+	if raw.limit != nil && !raw.unlimited {
+		r := &Rule{Name: raw.name, Path: path, Limit: *raw.limit, Shadow: raw.shadow}
+		if raw.rate != nil {
+			r.Rate = *raw.rate
+		} else {
+			r.Rate = raw.limit.Rate()
+		}
+		n.rule = r
+		d.rules = append(d.rules, r)
+	}
+	n.children = d.level(raw.children, path)
+	return n
+}
+
+func literalLen(parts []string) int {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	return n
+}
+
+// match returns the child for one request entry, or nil.
+func (lv *level) match(key, value string) *node {
+	if lv == nil {
+		return nil
+	}
+	c := lv.byKey[key]
+	if c == nil {
+		return nil
+	}
+	if n, ok := c.exact[value]; ok {
+		return n
+	}
+	for _, n := range c.wildcards {
+		if globMatch(n.parts, value) {
+			return n
+		}
+	}
+	return c.any
+}
+
+// globMatch reports whether value matches the pattern whose literal parts,
+// split at each '*', are parts.
+func globMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
