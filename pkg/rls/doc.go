@@ -1,0 +1,15 @@
+// Package rls is the Envoy rate-limit service (envoy.service.ratelimit.v3):
+// it validates a ShouldRateLimit request, resolves its descriptors to
+// buckets with package descriptors, asks the store to decide them all at
+// once, and builds the response and its headers.
+//
+// A request is admitted only if every bucket of every descriptor admits it;
+// then all are charged, else none is. A descriptor's status is the most
+// restrictive of its levels: OVER_LIMIT if any level is over, the least
+// remaining, the longest time to reset.
+//
+// gRPC codes: InvalidArgument for a malformed request, Unavailable when the
+// store fails, DeadlineExceeded or Canceled when the call ends first; never
+// Unknown. Requests for unknown domains, or whose descriptors match no
+// limit, are OK.
+package rls

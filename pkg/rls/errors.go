@@ -1,0 +1,66 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// requestError is a malformed request: the caller's mistake.
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &requestError{msg: fmt.Sprintf(format, args...)}
+}
+
+// storeError is a failure of the store: Redis down, a timeout.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return "rate-limit store: " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+// grpcStatus chooses the gRPC status of an error of the service. It is the
+// one place codes are chosen: grpc-go would turn a plain error into Unknown.
+func grpcStatus(err error) error {
+	var (
+		req   *requestError
+		store *storeError
+	)
+	switch {
+	case errors.As(err, &req):
+		return status.Error(codes.InvalidArgument, req.msg)
+	case errors.As(err, &store):
+		// Whatever failed (Redis down, a timeout), the service cannot decide:
+		// Envoy's failure_mode_deny says what happens to the request.
+		return status.Error(codes.Unavailable, store.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "the call's deadline passed before a decision")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "the call was canceled")
+	default:
+		return status.Error(codes.Internal, err.Error())
+	}
+}
+
+// RecoverUnary is a gRPC interceptor that turns a panic in a handler into an
+// Internal error, logged with its stack, instead of a crashed process:
+// grpc-go does not recover handler panics.
+func RecoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}

@@ -1,0 +1,98 @@
+package rls
+
+import (
+	"math"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// validate reports the first malformed part of a request, naming it.
+func validate(req *rlsv3.RateLimitRequest) error {
+	if req.GetDomain() == "" {
+		return badRequest("domain is empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return badRequest("request has no descriptors")
+	}
+	for i, d := range req.GetDescriptors() {
+		if len(d.GetEntries()) == 0 {
+			return badRequest("descriptors[%d] has no entries", i)
+		}
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return badRequest("descriptors[%d].entries[%d] has an empty key", i, j)
+			}
+		}
+		if o := d.GetLimit(); o != nil {
+			if _, ok := overrideUnits[o.GetUnit()]; !ok {
+				return badRequest("descriptors[%d].limit has unit %s: want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR", i, o.GetUnit())
+			}
+			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() == 0 {
+				return badRequest("descriptors[%d].limit has unit_multiplier 0: want at least 1", i)
+			}
+		}
+	}
+	return nil
+}
+
+// overrideUnits maps the units of a limit sent by Envoy (envoy.type.v3,
+// which has no WEEK) to leaky units.
+var overrideUnits = map[typev3.RateLimitUnit]leaky.Unit{
+	typev3.RateLimitUnit_SECOND: leaky.Second,
+	typev3.RateLimitUnit_MINUTE: leaky.Minute,
+	typev3.RateLimitUnit_HOUR:   leaky.Hour,
+	typev3.RateLimitUnit_DAY:    leaky.Day,
+	typev3.RateLimitUnit_MONTH:  leaky.Month,
+	typev3.RateLimitUnit_YEAR:   leaky.Year,
+}
+
+// responseUnits maps leaky units to the response's enum, whose WEEK is 7.
+var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
+	leaky.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	leaky.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	leaky.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	leaky.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	leaky.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	leaky.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	leaky.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// overrideRule turns a validated limit sent by Envoy into a rule, translated
+// as a rate_limit of the config is.
+func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) *descriptors.Rule {
+	rate := leaky.Rate{
+		RequestsPerUnit: o.GetRequestsPerUnit(),
+		Unit:            overrideUnits[o.GetUnit()],
+		Multiplier:      o.GetUnitMultiplier().GetValue(),
+	}
+	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: rate.Limit(), Rate: rate}
+}
+
+// hitsOf returns the hits a descriptor adds: its own hits_addend if set
+// (0 is a check without charge), else the request's (0 means 1), negated
+// when Envoy gives hits back.
+func hitsOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) int64 {
+	var hits int64
+	if h := d.GetHitsAddend(); h != nil {
+		hits = int64(min(h.GetValue(), math.MaxInt64))
+	} else {
+		hits = int64(max(req.GetHitsAddend(), 1))
+	}
+	if d.GetIsNegativeHits() {
+		return -hits
+	}
+	return hits
+}
+
+// entriesOf copies a descriptor's entries into dst.
+func entriesOf(d *ratelimitv3.RateLimitDescriptor, dst []descriptors.Entry) []descriptors.Entry {
+	for _, e := range d.GetEntries() {
+		dst = append(dst, descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()})
+	}
+	return dst
+}

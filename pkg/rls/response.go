@@ -1,0 +1,150 @@
+package rls
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// allOK answers a request that no limit applies to.
+func allOK(n int) *rlsv3.RateLimitResponse {
+	statuses := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	for i := range statuses {
+		statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: statuses}
+}
+
+// respond builds the response from the decided buckets: one status per
+// descriptor, each the most restrictive of its levels, and the headers,
+// the most restrictive of all. Shadow levels are left out of both: they
+// never change what a client sees.
+func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitResponse {
+	n := len(w.starts) - 1
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}
+	var all verdict
+	for i := range n {
+		var v verdict
+		for j := w.starts[i]; j < w.starts[i+1]; j++ {
+			rule, r := w.levels[j].Rule, &w.results[w.bucketOf[j]]
+			if rule.Shadow {
+				if !r.Admitted {
+					s.log.Debug("shadow limit would reject", "domain", domain.Name, "limit", rule.Path, "name", rule.Name)
+				}
+				continue
+			}
+			v.add(rule, r)
+			all.add(rule, r)
+		}
+		resp.Statuses[i] = v.status()
+		if v.over {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if s.headers == LeakyHeaders && all.limited {
+		resp.ResponseHeadersToAdd = all.headers()
+	}
+	return resp
+}
+
+// verdict is the most restrictive of several levels: over if any is over,
+// the least remaining, the longest time to clear and to reset.
+type verdict struct {
+	limited   bool // a level was added
+	over      bool
+	remaining int64
+	clear     time.Duration
+	reset     time.Duration     // when over: until every over level has room
+	binding   *descriptors.Rule // the level that decides: over, or the least remaining
+}
+
+func (v *verdict) add(rule *descriptors.Rule, r *leaky.Result) {
+	if !v.limited {
+		v.limited, v.remaining = true, math.MaxInt64
+	}
+	switch {
+	case !r.Admitted:
+		if !v.over || r.Reset > v.reset {
+			v.reset, v.binding = r.Reset, rule
+		}
+		v.over = true
+	case !v.over && r.Remaining <= v.remaining:
+		v.binding = rule // on a tie, the deeper level
+	}
+	v.remaining = min(v.remaining, r.Remaining)
+	v.clear = max(v.clear, r.Clear)
+}
+
+func (v *verdict) status() *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if !v.limited {
+		return st
+	}
+	rate := v.binding.Rate
+	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+		Name:            v.binding.Name,
+		RequestsPerUnit: rate.RequestsPerUnit,
+		Unit:            responseUnits[rate.Unit],
+	}
+	if rate.Multiplier > 1 {
+		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(rate.Multiplier)
+	}
+	st.LimitRemaining = uint32(min(v.remaining, math.MaxUint32))
+	st.DurationUntilReset = durationpb.New(v.clear)
+	if v.over {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.DurationUntilReset = durationpb.New(v.reset)
+	}
+	return st
+}
+
+// The response headers. Envoy lower-cases names on HTTP/2 and HTTP/3.
+const (
+	headerRemaining  = "X-RateLimit-Remaining"
+	headerClear      = "X-RateLimit-Clear"
+	headerReset      = "X-RateLimit-Reset"
+	headerRetryAfter = "Retry-After"
+)
+
+func (v *verdict) headers() []*corev3.HeaderValue {
+	h := make([]*corev3.HeaderValue, 2, 4)
+	h[0] = &corev3.HeaderValue{Key: headerRemaining, Value: strconv.FormatInt(v.remaining, 10)}
+	h[1] = &corev3.HeaderValue{Key: headerClear, Value: seconds(v.clear)}
+	if v.over {
+		h = append(h,
+			&corev3.HeaderValue{Key: headerReset, Value: seconds(v.reset)},
+			&corev3.HeaderValue{Key: headerRetryAfter, Value: strconv.FormatInt(wholeSeconds(v.reset), 10)})
+	}
+	return h
+}
+
+// seconds formats d in seconds with up to three decimals, rounded up so
+// that a client waiting that long is never early: 1.5, 0.755, 2.
+func seconds(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	b := strconv.AppendInt(make([]byte, 0, 24), int64(ms/1000), 10)
+	if frac := int64(ms % 1000); frac != 0 {
+		b = append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+		for b[len(b)-1] == '0' {
+			b = b[:len(b)-1]
+		}
+	}
+	return string(b)
+}
+
+// wholeSeconds rounds d up to whole seconds, at least 1: Retry-After has no
+// fractions, and 0 would invite an immediate retry.
+func wholeSeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
+}

@@ -1,0 +1,38 @@
+package rls
+
+import (
+	"log/slog"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+)
+
+// ServiceName is the gRPC name of the rate-limit service, also its name in
+// grpc.health.v1.
+const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// NewGRPCServer returns a gRPC server with svc, the health service hs and
+// reflection (for grpcurl and the like) registered, and handler panics
+// turned into Internal errors.
+func NewGRPCServer(svc *Service, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+	opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log))}, opts...)
+	g := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return g
+}
+
+// SetServing marks the overall server ("") and the rate-limit service as
+// serving or not in hs.
+func SetServing(hs *health.Server, serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus("", st)
+	hs.SetServingStatus(ServiceName, st)
+}
