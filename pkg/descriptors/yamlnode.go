@@ -224,11 +224,16 @@ func join(path, name string) string {
 }
 
 // suggest returns ` (did you mean "x"?)` for the known name closest to a
-// misspelled one, or "".
+// misspelled one (a small edit away, or the start of it), or "".
 func suggest(name string, known []string) string {
+	lower := strings.ToLower(name)
 	best, bestDist := "", math.MaxInt
 	for _, k := range known {
-		if d := editDistance(strings.ToLower(name), k); d < bestDist {
+		d := editDistance(lower, k)
+		if len(lower) >= 4 && (strings.HasPrefix(k, lower) || strings.HasPrefix(lower, k)) {
+			d = min(d, 2)
+		}
+		if d < bestDist {
 			best, bestDist = k, d
 		}
 	}

@@ -1,0 +1,90 @@
+// Command envoy-rls is the Envoy rate-limit service: leaky buckets,
+// hierarchical descriptors, all-or-nothing charging.
+//
+//	envoy-rls [serve] [flags]       run the service (serve is the default)
+//	envoy-rls check-config PATH     validate a config file or directory
+//	envoy-rls version               print the version
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"strings"
+)
+
+func main() {
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
+	os.Exit(a.run(context.Background(), os.Args[1:]))
+}
+
+// app is one run of the command, with its outside world made explicit so
+// tests can run it in-process.
+type app struct {
+	stdout, stderr io.Writer
+	lookupEnv      func(string) (string, bool)
+	// ready, if set, is called once the service listens.
+	ready func(grpcAddr, httpAddr net.Addr)
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // invalid config, or the service failed
+	exitUsage = 2 // bad command line
+)
+
+func (a *app) run(ctx context.Context, args []string) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return a.serve(ctx, args)
+	case "check-config":
+		return a.checkConfig(args)
+	case "version":
+		fmt.Fprintln(a.stdout, "envoy-rls", version())
+		return exitOK
+	case "help":
+		a.usage(a.stdout)
+		return exitOK
+	default:
+		fmt.Fprintf(a.stderr, "envoy-rls: unknown command %q\n\n", cmd)
+		a.usage(a.stderr)
+		return exitUsage
+	}
+}
+
+func (a *app) usage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  envoy-rls [serve] [flags]       run the rate-limit service (serve is the default)
+  envoy-rls check-config PATH     validate a config file or directory; exit 1 if invalid
+  envoy-rls version               print the version
+
+Flags of serve (each also read from RLS_<NAME>, e.g. RLS_GRPC_ADDR; a flag beats its variable):
+`)
+	fs, _ := newFlagSet(io.Discard)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// version returns the module version and VCS revision the binary was built
+// from, as far as Go recorded them.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
+}

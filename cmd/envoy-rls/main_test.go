@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// testApp returns an app with captured output and the given environment.
+func testApp(env map[string]string) (*app, *bytes.Buffer, *bytes.Buffer) {
+	var stdout, stderr bytes.Buffer
+	return &app{
+		stdout: &stdout,
+		stderr: &stderr,
+		lookupEnv: func(k string) (string, bool) {
+			v, ok := env[k]
+			return v, ok
+		},
+	}, &stdout, &stderr
+}
+
+func TestCheckConfigAcceptsTheDefaultConfig(t *testing.T) {
+	a, stdout, stderr := testApp(nil)
+	if code := a.run(context.Background(), []string{"check-config", "../../config"}); code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stdout.String(), "valid: 1 domain(s), 6 limit(s) in 1 file(s)") {
+		t.Fatalf("stdout: %s", stdout)
+	}
+	if stderr.Len() != 0 {
+		t.Fatalf("the default config has warnings:\n%s", stderr)
+	}
+}
+
+// TestCheckConfigRejectsBadConfigs runs check-config on every file of
+// testdata/bad; each names, on its first line, the message it must cause.
+func TestCheckConfigRejectsBadConfigs(t *testing.T) {
+	files, err := filepath.Glob("testdata/bad/*.yaml")
+	if err != nil || len(files) < 14 {
+		t.Fatalf("found %d bad configs (%v)", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			want := wantLine(t, f)
+			a, _, stderr := testApp(nil)
+			if code := a.run(context.Background(), []string{"check-config", f}); code != exitError {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitError, stderr)
+			}
+			if !strings.Contains(stderr.String(), "testdata/bad/"+want) {
+				t.Fatalf("stderr:\n%s\nwant a line with:\n%s", stderr, want)
+			}
+		})
+	}
+}
+
+// wantLine returns what follows "# want: " on the file's first line.
+func wantLine(t *testing.T, file string) string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	first, _ := bufio.NewReader(f).ReadString('\n')
+	want, ok := strings.CutPrefix(strings.TrimSpace(first), "# want: ")
+	if !ok {
+		t.Fatalf("%s: first line is not a # want: comment", file)
+	}
+	return want
+}
+
+func TestCheckConfigAcceptsEnvoyproxyRatelimitFiles(t *testing.T) {
+	a, stdout, stderr := testApp(nil)
+	if code := a.run(context.Background(), []string{"check-config", "testdata/envoyproxy"}); code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(stdout.String(), "valid: 2 domain(s)") {
+		t.Fatalf("stdout: %s", stdout)
+	}
+	for _, field := range []string{"detailed_metric", "replaces", "value_to_metric", "quota_mode", "metadata"} {
+		if !strings.Contains(stderr.String(), "."+field+": is accepted for compatibility") {
+			t.Errorf("no warning about %s in:\n%s", field, stderr)
+		}
+	}
+}
+
+func TestCommandLineErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		code int
+		want string
+	}{
+		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config PATH"},
+		{[]string{"check-config", "a", "b"}, nil, exitUsage, "Usage"},
+		{[]string{"check-config", "does-not-exist"}, nil, exitError, "does-not-exist: no such file or directory"},
+		{[]string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"-store", "etcd"}, nil, exitUsage, `-store: "etcd" is not a store`},
+		{[]string{"-no-such-flag"}, nil, exitUsage, "flag provided but not defined: -no-such-flag"},
+		{nil, map[string]string{"RLS_MEMORY_MAX_BUCKETS": "many"}, exitUsage, `RLS_MEMORY_MAX_BUCKETS="many"`},
+		{nil, map[string]string{"RLS_LOG_LEVEL": "loud"}, exitUsage, `-log-level: "loud"`},
+		{[]string{"serve", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
+		{[]string{"-config", "testdata/bad/bad-unit.yaml"}, nil, exitError, `bad-unit.yaml:6: descriptors[0].rate_limit.unit: unknown unit`},
+		{[]string{"-store", "redis", "-config", "../../config"}, nil, exitError, "the redis store is not part of this build yet"},
+	}
+	for _, c := range cases {
+		a, _, stderr := testApp(c.env)
+		if code := a.run(context.Background(), c.args); code != c.code || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v %v: exit %d, stderr:\n%s\nwant exit %d and %q", c.args, c.env, code, stderr, c.code, c.want)
+		}
+	}
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	env := map[string]string{"RLS_GRPC_ADDR": "127.0.0.1:9999", "RLS_CONFIG": "from-env", "RLS_REDIS_CLUSTER": "true"}
+	s, err := parseFlags([]string{"-config", "from-flag"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.grpcAddr != "127.0.0.1:9999" || s.config != "from-flag" || !s.redisCluster || s.httpAddr != ":8080" || s.store != "memory" {
+		t.Fatalf("got %+v: want the variable for -grpc-addr, the flag for -config, defaults elsewhere", s)
+	}
+	if got := envName("memory-max-buckets"); got != "RLS_MEMORY_MAX_BUCKETS" {
+		t.Fatalf("envName: %s", got)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	a, stdout, _ := testApp(nil)
+	if code := a.run(context.Background(), []string{"help"}); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"check-config PATH", "-grpc-addr", "-redis-url", "RLS_<NAME>"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestServe runs the service as main does, calls it, and stops it with a
+// real SIGTERM.
+func TestServe(t *testing.T) {
+	a, _, stderr := testApp(map[string]string{"RLS_GRPC_ADDR": "127.0.0.1:0"})
+	addrs := make(chan [2]net.Addr, 1)
+	a.ready = func(g, h net.Addr) { addrs <- [2]net.Addr{g, h} }
+	exit := make(chan int, 1)
+	go func() {
+		exit <- a.run(context.Background(), []string{"-config", "../../config", "-http-addr", "127.0.0.1:0"})
+	}()
+
+	var grpcAddr, httpAddr net.Addr
+	select {
+	case got := <-addrs:
+		grpcAddr, httpAddr = got[0], got[1]
+	case code := <-exit:
+		t.Fatalf("serve exited with %d:\n%s", code, stderr)
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not start within 10s")
+	}
+
+	conn, err := grpc.NewClient(grpcAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain: "api",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+			{Key: "user", Value: "alice"}, {Key: "action", Value: "trade"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.GetStatuses()[0]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit().GetName() != "trades_per_user" || st.GetLimitRemaining() != 4 {
+		t.Fatalf("unexpected response %v", resp)
+	}
+	health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", health, err)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		r, err := http.Get("http://" + httpAddr.String() + path)
+		if err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %v %v", path, r, err)
+		}
+		r.Body.Close()
+	}
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Fatalf("exit %d after SIGTERM:\n%s", code, stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10s of SIGTERM")
+	}
+	if !strings.Contains(stderr.String(), "shutting down") {
+		t.Errorf("no shutdown log:\n%s", stderr)
+	}
+	if c, err := net.DialTimeout("tcp", grpcAddr.String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("the gRPC port still accepts connections after shutdown")
+	}
+}
