@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,7 +118,7 @@ func TestParseRejects(t *testing.T) {
 		{"drip_rate without unit", "domain: api\ndescriptors:\n  - key: user\n    leaky_bucket: {size: 1, drip_rate: 1000}\n",
 			`bad.yaml:4: descriptors[0].leaky_bucket.drip_rate: "1000" has no unit`},
 		{"drip_rate below a microsecond", "domain: api\ndescriptors:\n  - key: user\n    leaky_bucket: {size: 1, drip_rate: 1500ns}\n",
-			"bad.yaml:4: descriptors[0].leaky_bucket: drip_rate must be a whole number of microseconds"},
+			"bad.yaml:4: descriptors[0].leaky_bucket.drip_rate: must be a whole number of microseconds"},
 		{"drip_size 0", "domain: api\ndescriptors:\n  - key: user\n    leaky_bucket: {size: 1, drip_rate: 1s, drip_size: 0}\n",
 			"bad.yaml:4: descriptors[0].leaky_bucket.drip_size: must be between 1 and"},
 		{"both limits", "domain: api\ndescriptors:\n  - key: user\n    leaky_bucket: {size: 1, drip_rate: 1s}\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
@@ -126,8 +127,13 @@ func TestParseRejects(t *testing.T) {
 			`bad.yaml:4: descriptors[0].rate_limit.unit: unknown unit "fortnight"`},
 		{"missing unit", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {requests_per_unit: 1}\n",
 			"bad.yaml:4: descriptors[0].rate_limit.unit: is required"},
-		{"missing requests_per_unit", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second}\n",
-			"bad.yaml:4: descriptors[0].rate_limit.requests_per_unit: is required"},
+		{"self-referencing alias", "domain: api\ndescriptors:\n  - &a {key: a, descriptors: [*a]}\n",
+			"bad.yaml:3: an alias refers to a node that contains it"},
+		{"aliases expanding without end", "domain: api\nx: &a [1,1,1,1,1,1,1,1,1,1]\n" + laughs(7) + "descriptors: [*a7]\n",
+			"aliases expand to more than 1000000 nodes"},
+		{"control character", "domain: api\ndescriptors:\n  - key: \"a\x01\"\n", "bad.yaml:3: invalid YAML: control characters are not allowed"},
+		{"drip_rate over 285 years", "domain: api\ndescriptors:\n  - key: user\n    leaky_bucket: {size: 1, drip_rate: 2562047h}\n",
+			"bad.yaml:4: descriptors[0].leaky_bucket.drip_rate: must be at most"},
 		{"requests_per_unit negative", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: -5}\n",
 			"bad.yaml:4: descriptors[0].rate_limit.requests_per_unit: must be between 0 and 4294967295"},
 		{"unlimited with unit", "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unlimited: true\n      unit: second\n",
@@ -160,6 +166,63 @@ func TestParseRejects(t *testing.T) {
 				t.Fatalf("got error:\n%v\nwant it to contain:\n%s", err, c.want)
 			}
 		})
+	}
+}
+
+// laughs returns YAML lines defining aliases a1..an, each ten times the one
+// before ("billion laughs").
+func laughs(n int) string {
+	var b strings.Builder
+	prev := "a"
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("a%d", i)
+		fmt.Fprintf(&b, "%s: &%s [*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s,*%s]\n", "x"+name, name, prev, prev, prev, prev, prev, prev, prev, prev, prev, prev)
+		prev = name
+	}
+	return b.String()
+}
+
+func TestParseWarnings(t *testing.T) {
+	_, warnings, err := parse(t, "w.yaml", `
+domain: api
+descriptors:
+  - key: client
+    value: internal
+    rate_limit: {unlimited: true}
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 5}
+  - key: legacy
+    rate_limit: {unit: second}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"w.yaml:3: descriptors[0]: the limits below this unlimited descriptor never apply",
+		"w.yaml:10: descriptors[1].rate_limit.requests_per_unit: is missing: read as 0",
+	}
+	if len(warnings) != len(want) {
+		t.Fatalf("got warnings %v, want %d", warnings, len(want))
+	}
+	for i, w := range warnings {
+		if !strings.HasPrefix(w.String(), want[i]) {
+			t.Errorf("warning %d: got %q, want %q...", i, w, want[i])
+		}
+	}
+}
+
+func TestParseAcceptsAliases(t *testing.T) {
+	c := mustParse(t, `
+domain: api
+descriptors:
+  - key: user
+    leaky_bucket: &small {size: 5, drip_rate: 1s}
+  - key: client
+    leaky_bucket: *small
+`)
+	if rules := c.Domain("api").Rules(); len(rules) != 2 || rules[1].Limit != rules[0].Limit {
+		t.Fatalf("rules: %+v", rules)
 	}
 }
 

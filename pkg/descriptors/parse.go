@@ -70,12 +70,17 @@ func parseFile(r *reader, data []byte) *rawDomain {
 			r.errors = append(r.errors, Problem{File: r.file, Line: 1, Field: "domain", Msg: "is required: the file is empty"})
 			return nil
 		}
-		r.errors = append(r.errors, yamlProblem(r.file, err))
+		r.errors = append(r.errors, yamlProblem(r.file, data, err))
 		return nil
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		r.errors = append(r.errors, Problem{File: r.file, Line: extra.Line, Msg: "holds more than one YAML document: put each domain in its own file"})
+		return nil
+	}
+	if err := checkAliases(doc.Content[0]); err != nil {
+		r.errors = append(r.errors, *err)
+		r.errors[len(r.errors)-1].File = r.file
 		return nil
 	}
 	root := deref(doc.Content[0])
@@ -103,14 +108,65 @@ func parseFile(r *reader, data []byte) *rawDomain {
 	return d
 }
 
-// yamlProblem turns a YAML syntax error into a Problem with its line.
-func yamlProblem(file string, err error) Problem {
+// yamlProblem turns a YAML syntax error into a Problem with its line: the
+// one YAML names, else the line of the first control character (which YAML
+// refuses without saying where), else line 1.
+func yamlProblem(file string, data []byte, err error) Problem {
 	msg := err.Error()
-	p := Problem{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	p := Problem{File: file, Line: 1, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
 		p.Line, _ = strconv.Atoi(m[1])
 		p.Msg = "invalid YAML: " + msg[len(m[0]):]
+	} else if i := bytes.IndexFunc(data, isControl); i >= 0 {
+		p.Line = 1 + bytes.Count(data[:i], []byte("\n"))
 	}
+	return p
+}
+
+func isControl(r rune) bool {
+	return (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f
+}
+
+// maxExpandedNodes bounds the nodes a file may expand to through aliases,
+// against "billion laughs" files.
+const maxExpandedNodes = 1_000_000
+
+// checkAliases rejects an alias to a node that contains it (which would make
+// the walk endless) and aliases that expand to too many nodes.
+func checkAliases(root *yaml.Node) *Problem {
+	const visiting = -1 // a node whose expansion is under way
+	sizes := map[*yaml.Node]int{}
+	var size func(n *yaml.Node) (int, *Problem)
+	size = func(n *yaml.Node) (int, *Problem) {
+		if s, ok := sizes[n]; ok {
+			if s == visiting {
+				return 0, &Problem{Line: n.Line, Msg: "an alias refers to a node that contains it"}
+			}
+			return s, nil
+		}
+		sizes[n] = visiting
+		total := 1
+		children := n.Content
+		if n.Kind == yaml.AliasNode {
+			children = []*yaml.Node{n.Alias}
+		}
+		for _, c := range children {
+			s, p := size(c)
+			if p != nil {
+				if n.Kind == yaml.AliasNode {
+					p.Line = n.Line
+				}
+				return 0, p
+			}
+			total += s
+			if total > maxExpandedNodes {
+				return 0, &Problem{Line: n.Line, Msg: fmt.Sprintf("aliases expand to more than %d nodes", maxExpandedNodes)}
+			}
+		}
+		sizes[n] = total
+		return total, nil
+	}
+	_, p := size(root)
 	return p
 }
 
@@ -199,6 +255,9 @@ func (r *reader) descriptor(n *yaml.Node, path string) *rawNode {
 	if d.shareThreshold && !strings.Contains(d.value, "*") {
 		r.warnf(n, join(path, "share_threshold"), "has no effect: value %q has no '*' wildcard", d.value)
 	}
+	if d.unlimited && limitBelow(d.children) {
+		r.warnf(n, path, "the limits below this unlimited descriptor never apply: a descriptor that reaches it is not limited")
+	}
 	if d.shadow && d.limit == nil {
 		r.warnf(n, join(path, "shadow_mode"), "has no effect: the descriptor has no limit")
 	}
@@ -219,7 +278,12 @@ func (r *reader) leakyBucket(n *yaml.Node, path string) *leaky.Limit {
 		case "size":
 			l.Size, ok = r.integer(f.value, fp, 0, leaky.MaxSize)
 		case "drip_rate":
-			l.DripRate, ok = r.duration(f.value, fp)
+			if l.DripRate, ok = r.duration(f.value, fp); ok {
+				if err := leaky.CheckDripRate(l.DripRate); err != nil {
+					r.errorf(f.value, fp, "%s", strings.TrimPrefix(err.Error(), "drip_rate "))
+					ok = false
+				}
+			}
 		case "drip_size":
 			l.DripSize, ok = r.integer(f.value, fp, 1, leaky.MaxSize)
 		}
@@ -232,10 +296,6 @@ func (r *reader) leakyBucket(n *yaml.Node, path string) *leaky.Limit {
 		}
 	}
 	if !valid {
-		return nil
-	}
-	if err := l.Validate(); err != nil {
-		r.errorf(n, path, "%v", err)
 		return nil
 	}
 	return &l
@@ -300,13 +360,23 @@ func (r *reader) rateLimit(n *yaml.Node, path string, d *rawNode) {
 		r.errorf(n, join(path, "unit"), "is required (or set unlimited: true)")
 		return
 	case !hasRPU:
-		r.errorf(n, join(path, "requests_per_unit"), "is required (0 rejects every request)")
-		return
+		// envoyproxy/ratelimit reads a missing requests_per_unit as 0.
+		r.warnf(n, join(path, "requests_per_unit"), "is missing: read as 0, which rejects every request, as envoyproxy/ratelimit does")
 	case !valid:
 		return
 	}
 	l := rate.Limit()
 	d.limit, d.rate = &l, &rate
+}
+
+// limitBelow reports whether any of nodes or their descendants has a limit.
+func limitBelow(nodes []*rawNode) bool {
+	for _, n := range nodes {
+		if n.limit != nil || limitBelow(n.children) {
+			return true
+		}
+	}
+	return false
 }
 
 func parseUnit(s string) (leaky.Unit, bool) {

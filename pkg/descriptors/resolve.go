@@ -26,10 +26,10 @@ type Level struct {
 //
 // A node with rate_limit {unlimited: true} on the walk makes the descriptor
 // unlimited: Resolve appends nothing. A non-nil override (a limit sent by
-// Envoy with the descriptor) is the limit of the whole descriptor, in a
-// bucket of its own keyed by every entry: it replaces the limit of the node
-// that matched the last entry, if the walk got that far, and comes after the
-// levels of the nodes above.
+// Envoy with the descriptor) replaces the limit of the deepest level, in a
+// bucket of its own: the level's key marked with the limit. When no level
+// has a limit, the override is the descriptor's one level, keyed by all its
+// entries.
 //
 // The keys of all levels share one allocation; nothing else is allocated
 // for descriptors of up to 16 entries.
@@ -50,21 +50,20 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 	}
 
 	// Which walked nodes give levels, and how many key parts to write. An
-	// override takes the place of the node for the last entry.
-	replaced := -1
-	if override != nil && len(nodes) == len(entries) {
-		replaced = len(nodes) - 1
-	}
-	levels, parts := 0, 0
+	// override takes the place of the deepest level, or is the only one.
+	levels, parts, replaced := 0, 0, -1
 	for i, n := range nodes {
-		if n.rule != nil && i != replaced {
+		if n.rule != nil {
 			levels++
 			parts = i + 1
 		}
 	}
 	if override != nil {
-		levels++
-		parts = len(entries)
+		if levels > 0 {
+			replaced = parts - 1
+		} else {
+			levels, parts = 1, len(entries)
+		}
 	}
 	if levels == 0 {
 		return dst
@@ -93,11 +92,14 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 	key := b.String()
 
 	for i, n := range nodes[:min(parts, len(nodes))] {
-		if n.rule != nil && i != replaced {
+		switch {
+		case i == replaced:
+			dst = append(dst, Level{Key: key, Rule: override})
+		case n.rule != nil:
 			dst = append(dst, Level{Key: key[:ends[i]], Rule: n.rule})
 		}
 	}
-	if override != nil {
+	if override != nil && replaced < 0 {
 		dst = append(dst, Level{Key: key, Rule: override})
 	}
 	return dst

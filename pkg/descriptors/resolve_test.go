@@ -133,13 +133,16 @@ func TestResolveOverride(t *testing.T) {
 		request []string
 		want    string
 	}{
-		// The override replaces the limit of the node for the last entry.
+		// The override replaces the limit of the deepest level.
 		{[]string{"user=alex", "action=trade"}, "api|user=alex -> user\napi|user=alex|action=trade|#10/minute -> override"},
 		{[]string{"user=alex"}, "api|user=alex|#10/minute -> override"},
-		// When the walk stops early, the override is one more level.
-		{[]string{"user=alex", "action=buy"}, "api|user=alex -> user\napi|user=alex|action=buy|#10/minute -> override"},
-		{[]string{"unknown=1", "x=y"}, "api|unknown=1|x=y|#10/minute -> override"},
+		{[]string{"user=alex", "action=buy"}, "api|user=alex|#10/minute -> override"},
+		{[]string{"user=alex", "action=view"}, "api|user=alex|#10/minute -> override"},
+		{[]string{"region=eu", "user=bob"}, "api|region=eu|user=bob|#10/minute -> override"},
 		{[]string{"path=/files/a"}, "api|path=/files/*|#10/minute -> override"},
+		{[]string{"user=alex", "nothing=here"}, "api|user=alex|#10/minute -> override"},
+		// Without a level, it is the descriptor's only one.
+		{[]string{"unknown=1", "x=y"}, "api|unknown=1|x=y|#10/minute -> override"},
 		// An allow-listed descriptor stays unlimited.
 		{[]string{"user=vip"}, ""},
 	}
@@ -186,6 +189,12 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1}
   - key: p
     rate_limit: {unit: second, requests_per_unit: 1}
+  - key: q
+    value: "a*"
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: q
+    value: ab
+    rate_limit: {unit: second, requests_per_unit: 1}
 `)
 	d := c.Domain("a|b")
 	requests := [][]Entry{
@@ -206,21 +215,43 @@ descriptors:
 		{{"p", "x*"}},
 		{{"p", "x"}},
 		{{"p", "*"}},
+		{{"q", "ab"}},
+		{{"q", "abc"}},
+		{{"q", "a*"}},
+		{{"q", "a%2A"}},
 	}
+	// Every node of this config has a limit, so level i of a request is the
+	// path of its first i+1 entries. Limits sent by Envoy get keys of their own.
+	rate := leaky.Rate{RequestsPerUnit: 1, Unit: leaky.Minute}
+	override := &Rule{Path: "override", Limit: rate.Limit(), Rate: rate}
 	owner := map[string]string{}
+	claim := func(key, path string) {
+		if prev, ok := owner[key]; ok && prev != path {
+			t.Errorf("key %q is shared by %s and %s", key, prev, path)
+		}
+		owner[key] = path
+	}
 	for _, r := range requests {
-		for i, l := range d.Resolve(r, nil, nil) {
-			path := fmt.Sprintf("%q", r[:min(i+1, len(r))])
+		plain := d.Resolve(r, nil, nil)
+		labels := make([]string, len(plain))
+		for i, l := range plain {
+			labels[i] = fmt.Sprintf("%q", r[:i+1])
 			if l.Rule.Path == "p=x*" {
-				path = "shared p=x*"
+				labels[i] = "shared p=x*"
 			}
-			if prev, ok := owner[l.Key]; ok && prev != path {
-				t.Errorf("key %q is shared by %s and %s", l.Key, prev, path)
+			claim(l.Key, labels[i])
+		}
+		for _, l := range d.Resolve(r, override, nil) {
+			if l.Rule == override {
+				base := fmt.Sprintf("%q", r)
+				if len(plain) > 0 {
+					base = labels[len(plain)-1]
+				}
+				claim(l.Key, "override of "+base)
 			}
-			owner[l.Key] = path
 		}
 	}
-	if len(owner) < 15 {
+	if len(owner) < 25 {
 		t.Fatalf("only %d distinct keys: %v", len(owner), owner)
 	}
 }

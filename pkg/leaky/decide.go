@@ -1,7 +1,6 @@
 package leaky
 
 import (
-	"math"
 	"math/bits"
 	"time"
 )
@@ -55,14 +54,13 @@ func Decide(s State, l Limit, now time.Time, hits int64) Result {
 // step below has its line in the Redis script.
 func decide(s State, l Limit, now, hits int64) Result {
 	rate := int64(l.DripRate / time.Microsecond)
-	counter, ts := s.Counter, s.Timestamp
-	if counter < 0 {
-		counter = 0
-	}
+	counter, ts := min(max(s.Counter, 0), maxValue), s.Timestamp
+	hits = min(max(hits, -maxValue), maxValue)
 	since := elapsed(ts, now)
 
-	// 1. Drip: whole drips since the last one leave the bucket.
-	if counter > 0 {
+	// 1. Drip: whole drips since the last one leave the bucket. If time went
+	// backwards (since < 0), nothing leaks until it has caught up.
+	if counter > 0 && since > 0 {
 		drips := since / rate
 		if drips >= ceilDiv(counter, l.DripSize) {
 			counter = 0
@@ -112,46 +110,50 @@ func decide(s State, l Limit, now, hits int64) Result {
 	return r
 }
 
-// elapsed returns now - ts in microseconds: 0 when time went backwards, and
-// saturated instead of overflowing for a corrupt timestamp.
+// maxValue bounds every count and every time in microseconds (2^53, some
+// 285 years): values beyond saturate to it. Below it, every value and every
+// product the algorithm takes is exact in a double, so the Redis script,
+// whose numbers are doubles, reaches the same results bit for bit.
+const maxValue = 1 << 53
+
+// elapsed returns now - ts in microseconds, within [-maxValue, maxValue]:
+// negative when time went backwards, saturated for a corrupt timestamp.
 func elapsed(ts, now int64) int64 {
-	if now <= ts {
-		return 0
-	}
 	d := now - ts
-	if d < 0 {
-		return math.MaxInt64
+	switch {
+	case now > ts && (d < 0 || d > maxValue):
+		return maxValue
+	case now < ts && (d > 0 || d < -maxValue):
+		return -maxValue
 	}
 	return d
 }
 
 // drainTime returns how long, in microseconds, until n requests have leaked
-// from a bucket whose last drip was since microseconds ago.
+// from a bucket whose last drip was since microseconds ago. After time went
+// backwards since is negative, and the wait longer by as much.
 func drainTime(n, dripSize, rate, since int64) int64 {
 	if n <= 0 {
 		return 0
 	}
-	return mulSat(ceilDiv(n, dripSize), rate) - since // since < rate: > 0
+	return min(mulSat(ceilDiv(n, dripSize), rate)-since, maxValue) // since < rate: > 0
 }
 
-// micros converts microseconds to a Duration, saturating.
+// micros converts microseconds, at most maxValue, to a Duration.
 func micros(us int64) time.Duration {
-	return time.Duration(mulSat(us, int64(time.Microsecond)))
+	return time.Duration(us) * time.Microsecond
 }
 
-// mulSat returns a*b for a, b >= 0, or MaxInt64 if that overflows.
+// mulSat returns a*b for a, b >= 0, or maxValue if that is more.
 func mulSat(a, b int64) int64 {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi != 0 || lo > math.MaxInt64 {
-		return math.MaxInt64
+	if hi != 0 || lo > maxValue {
+		return maxValue
 	}
 	return int64(lo)
 }
 
-// addSat returns a+b for a, b >= 0, or MaxInt64 if that overflows.
+// addSat returns a+b for a, b in [0, maxValue], or maxValue if that is more.
 func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
+	return min(a+b, maxValue)
 }

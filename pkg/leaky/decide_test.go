@@ -97,9 +97,11 @@ func TestDecideTimeGoingBackwards(t *testing.T) {
 	l := Limit{Size: 2, DripRate: time.Second, DripSize: 1}
 	runSteps(t, l, State{}, []step{
 		{10 * time.Second, 2, want{true, 2, 0, 2000 * ms, 0, 3000 * ms}},
-		// The clock steps back 5s: nothing leaks, nothing is gained.
-		{5 * time.Second, 1, want{false, 2, 0, 2000 * ms, 1000 * ms, 3000 * ms}},
-		{5 * time.Second, 0, want{true, 2, 0, 2000 * ms, 0, 3000 * ms}},
+		// The clock steps back 5s: nothing leaks, nothing is gained, and
+		// every wait is 5s longer, until the clock has caught up.
+		{5 * time.Second, 1, want{false, 2, 0, 7000 * ms, 6000 * ms, 8000 * ms}},
+		{5 * time.Second, 0, want{true, 2, 0, 7000 * ms, 0, 8000 * ms}},
+		{10500 * ms, 1, want{false, 2, 0, 1500 * ms, 500 * ms, 2500 * ms}},
 		// Back in step: leaking resumes from the last drip at 10s.
 		{11 * time.Second, 1, want{true, 2, 0, 2000 * ms, 0, 3000 * ms}},
 	})
@@ -148,9 +150,10 @@ func TestDecideLargeValuesDoNotOverflow(t *testing.T) {
 	if !r.Admitted || r.State.Counter != 1 || r.State.Timestamp != t0.UnixMicro() {
 		t.Errorf("long gap: got %+v, want an admitted bucket restarted at t0", r)
 	}
-	// The full huge bucket is admitted and reports a saturated clear time.
+	// The full huge bucket is admitted and reports a clear time saturated
+	// at 2^53 microseconds.
 	r = Decide(State{}, huge, t0, MaxSize)
-	if !r.Admitted || r.Clear != time.Duration(math.MaxInt64) {
+	if !r.Admitted || r.Clear != time.Duration(1<<53)*time.Microsecond || r.TTL != r.Clear {
 		t.Errorf("full huge bucket: got %+v, want admitted with a saturated clear", r)
 	}
 }

@@ -34,14 +34,29 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("size must be >= 0, got %d", l.Size)
 	case l.Size > MaxSize:
 		return fmt.Errorf("size must be <= %d, got %d", int64(MaxSize), l.Size)
-	case l.DripRate < time.Microsecond:
-		return fmt.Errorf("drip_rate must be at least 1us, got %s", l.DripRate)
-	case l.DripRate%time.Microsecond != 0:
-		return fmt.Errorf("drip_rate must be a whole number of microseconds, got %s", l.DripRate)
+	case CheckDripRate(l.DripRate) != nil:
+		return CheckDripRate(l.DripRate)
 	case l.DripSize < 1:
 		return fmt.Errorf("drip_size must be >= 1, got %d", l.DripSize)
 	case l.DripSize > MaxSize:
 		return fmt.Errorf("drip_size must be <= %d, got %d", int64(MaxSize), l.DripSize)
+	}
+	return nil
+}
+
+// MaxDripRate is the longest drip rate: 2^53 microseconds, some 285 years.
+const MaxDripRate = maxValue * time.Microsecond
+
+// CheckDripRate reports a drip rate out of range: under a microsecond, not
+// a whole number of microseconds, or over MaxDripRate.
+func CheckDripRate(d time.Duration) error {
+	switch {
+	case d < time.Microsecond:
+		return fmt.Errorf("drip_rate must be at least 1us, got %s", d)
+	case d%time.Microsecond != 0:
+		return fmt.Errorf("drip_rate must be a whole number of microseconds, got %s", d)
+	case d > MaxDripRate:
+		return fmt.Errorf("drip_rate must be at most %s, got %s", MaxDripRate, d)
 	}
 	return nil
 }
@@ -220,9 +235,7 @@ func (l Limit) clamped() Limit {
 	if l.Size > MaxSize {
 		l.Size = MaxSize
 	}
-	if l.DripRate < time.Microsecond {
-		l.DripRate = time.Microsecond
-	}
+	l.DripRate = min(max(l.DripRate, time.Microsecond), MaxDripRate)
 	if l.DripSize < 1 {
 		l.DripSize = 1
 	}

@@ -85,6 +85,8 @@ func TestLimitValidate(t *testing.T) {
 		{Limit{1, 0, 1}, "drip_rate must be at least 1us"},
 		{Limit{1, 1500 * time.Nanosecond, 1}, "whole number of microseconds"},
 		{Limit{1, time.Second, 0}, "drip_size must be >= 1"},
+		{Limit{1, MaxDripRate, 1}, ""},
+		{Limit{1, MaxDripRate + time.Microsecond, 1}, "drip_rate must be at most"},
 	}
 	for _, c := range cases {
 		err := c.limit.Validate()

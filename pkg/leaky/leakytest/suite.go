@@ -80,9 +80,26 @@ func apply(t *testing.T, s Store, now time.Time, buckets []leaky.Bucket) []outco
 	}
 	out := make([]outcome, len(results))
 	for i, r := range results {
+		checkResult(t, buckets[i], r)
 		out[i] = outcome{r.Admitted, r.Remaining, r.Clear, r.Reset}
 	}
 	return out
+}
+
+// checkResult checks what the tables do not spell out: the state and TTL
+// agree with the reported figures.
+func checkResult(t *testing.T, b leaky.Bucket, r leaky.Result) {
+	t.Helper()
+	switch {
+	case r.State.Counter == 0 && (r.TTL != 0 || r.Clear != 0):
+		t.Fatalf("bucket %q: empty, but TTL %s and clear %s", b.Key, r.TTL, r.Clear)
+	case r.State.Counter > 0 && r.TTL != r.Clear+b.Limit.DripRate:
+		t.Fatalf("bucket %q: TTL %s, want clear %s plus one drip %s", b.Key, r.TTL, r.Clear, b.Limit.DripRate)
+	case r.Admitted && r.Remaining != max(0, b.Limit.Size-r.State.Counter):
+		t.Fatalf("bucket %q: remaining %d with counter %d of %d", b.Key, r.Remaining, r.State.Counter, b.Limit.Size)
+	case !r.Admitted && (r.Remaining != 0 || r.Reset <= 0):
+		t.Fatalf("bucket %q: rejected with remaining %d and reset %s", b.Key, r.Remaining, r.Reset)
+	}
 }
 
 func runTables(t *testing.T, newStore NewStore) {

@@ -99,6 +99,14 @@ func tables() []table {
 			one(3*s, bucket("k", perSecond(2, 1), 1), outcome{true, 1, 1 * s, 0}),
 			one(time.Hour, bucket("k", perSecond(2, 1), 2), outcome{true, 0, 2 * s, 0}),
 		}},
+		{"ClockStepsBack", []call{
+			one(10*s, bucket("k", l3, 2), outcome{true, 1, 2 * s, 0}),
+			// 5s earlier: the bucket leaks from 10s, so it drains 5s later,
+			// and must be kept that long.
+			one(5*s, bucket("k", l3, 1), outcome{true, 0, 8 * s, 0}),
+			one(10500*ms, bucket("k", l3, 1), outcome{false, 0, 2500 * ms, 500 * ms}),
+			one(11*s, bucket("k", l3, 1), outcome{true, 0, 3 * s, 0}),
+		}},
 		{"HierarchyAllOrNothing", []call{
 			{0, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 9, 1 * s, 0}, {true, 1, 1 * s, 0}}},
 			{0, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {true, 0, 2 * s, 0}}},

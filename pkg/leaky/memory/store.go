@@ -152,6 +152,9 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 			s.shards[id].mu.Unlock()
 		}
 	}()
+	if err := ctx.Err(); err != nil {
+		return err // the call ended while waiting for the locks
+	}
 
 	us := now.UnixMicro()
 	for i, b := range buckets {
@@ -240,6 +243,16 @@ func insertSorted(ids []uint32, id uint32) []uint32 {
 	copy(ids[i+1:], ids[i:])
 	ids[i] = id
 	return ids
+}
+
+// Check reports whether the store takes requests: nil until Close.
+func (s *Store) Check(context.Context) error {
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+		return nil
+	}
 }
 
 // Len returns the number of buckets held, expired ones not yet swept
