@@ -13,17 +13,28 @@ import (
 
 // settings are the serve command's flags, after the environment.
 type settings struct {
-	config           string
-	grpcAddr         string
-	httpAddr         string
-	store            string
-	redisURL         string
-	redisCluster     bool
-	memoryMaxBuckets int
-	responseHeaders  string
-	logLevel         string
-	logFormat        string
-	shutdownTimeout  time.Duration
+	config            string
+	grpcAddr          string
+	httpAddr          string
+	store             string
+	redisURL          string
+	redisCluster      bool
+	redisMode         string
+	sentinelMaster    string
+	sentinelAddrs     string
+	sentinelPassword  string
+	redisTLSCA        string
+	redisTLSCert      string
+	redisTLSKey       string
+	redisPoolSize     int
+	redisDialTimeout  time.Duration
+	redisReadTimeout  time.Duration
+	redisWriteTimeout time.Duration
+	memoryMaxBuckets  int
+	responseHeaders   string
+	logLevel          string
+	logFormat         string
+	shutdownTimeout   time.Duration
 }
 
 func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
@@ -36,6 +47,17 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.store, "store", "memory", "bucket store: memory (one replica) or redis (several)")
 	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
 	fs.BoolVar(&s.redisCluster, "redis-cluster", false, "treat -redis-url (with extra addr= parameters) as a Redis Cluster seed list")
+	fs.StringVar(&s.redisMode, "redis-mode", "script", "script (one Lua call per request) or transactions (WATCH/MULTI/EXEC, for servers without scripting)")
+	fs.StringVar(&s.sentinelMaster, "redis-sentinel-master", "", "reach Redis through Sentinel: the master's `name`")
+	fs.StringVar(&s.sentinelAddrs, "redis-sentinel-addrs", "", "the sentinels, as comma-separated `host:port` list")
+	fs.StringVar(&s.sentinelPassword, "redis-sentinel-password", "", "password of the sentinels, if they need one")
+	fs.StringVar(&s.redisTLSCA, "redis-tls-ca", "", "PEM `file` of the CA that signs the Redis server's certificate (rediss://)")
+	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
+	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
+	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for 10 per CPU")
+	fs.DurationVar(&s.redisDialTimeout, "redis-dial-timeout", 5*time.Second, "time to open a Redis connection")
+	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 3*time.Second, "time to wait for a Redis reply (a call's own deadline applies too)")
+	fs.DurationVar(&s.redisWriteTimeout, "redis-write-timeout", 3*time.Second, "time to send a Redis command")
 	fs.IntVar(&s.memoryMaxBuckets, "memory-max-buckets", memory.DefaultMaxBuckets, "most buckets the memory store keeps; beyond, those nearest to empty are dropped")
 	fs.StringVar(&s.responseHeaders, "response-headers", "leaky", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After) or none")
 	fs.StringVar(&s.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
@@ -87,6 +109,12 @@ func (s *settings) check() error {
 		return fmt.Errorf("-response-headers: %q: want leaky or none", s.responseHeaders)
 	case s.logFormat != "text" && s.logFormat != "json":
 		return fmt.Errorf("-log-format: %q: want text or json", s.logFormat)
+	case s.redisMode != "script" && s.redisMode != "transactions":
+		return fmt.Errorf("-redis-mode: %q: want script or transactions", s.redisMode)
+	case s.redisPoolSize < 0:
+		return fmt.Errorf("-redis-pool-size: must be 0 or more, got %d", s.redisPoolSize)
+	case s.redisDialTimeout <= 0 || s.redisReadTimeout <= 0 || s.redisWriteTimeout <= 0:
+		return fmt.Errorf("-redis-dial-timeout, -redis-read-timeout and -redis-write-timeout must be positive")
 	case s.memoryMaxBuckets < 1:
 		return fmt.Errorf("-memory-max-buckets: must be at least 1, got %d", s.memoryMaxBuckets)
 	case s.shutdownTimeout <= 0:

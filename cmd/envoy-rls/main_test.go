@@ -115,7 +115,13 @@ func TestCommandLineErrors(t *testing.T) {
 		{nil, map[string]string{"RLS_LOG_LEVEL": "loud"}, exitUsage, `-log-level: "loud"`},
 		{[]string{"serve", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
 		{[]string{"-config", "testdata/bad/bad-unit.yaml"}, nil, exitError, `bad-unit.yaml:6: descriptors[0].rate_limit.unit: unknown unit`},
-		{[]string{"-store", "redis", "-config", "../../config"}, nil, exitError, "the redis store is not part of this build yet"},
+		{[]string{"-store", "redis", "-config", "../../config", "-redis-url", "http://user:secret@localhost"}, nil, exitError,
+			"redis URL http://user:xxxxx@localhost: the scheme must be redis:// or rediss://"},
+		{[]string{"-store", "redis", "-config", "../../config", "-redis-tls-ca", "ca.pem"}, nil, exitError,
+			"TLS certificate files need a rediss:// URL"},
+		{[]string{"-redis-mode", "lua"}, nil, exitUsage, `-redis-mode: "lua": want script or transactions`},
+		{[]string{"-store", "redis", "-config", "../../config", "-redis-sentinel-master", "m"}, nil, exitError,
+			"the sentinels' addresses are required"},
 	}
 	for _, c := range cases {
 		a, _, stderr := testApp(c.env)

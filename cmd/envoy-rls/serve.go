@@ -9,14 +9,17 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -42,7 +45,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitError
 	}
 
-	store, err := openStore(s)
+	store, err := openStore(s, log)
 	if err != nil {
 		log.Error("cannot open the store", "store", s.store, "err", err)
 		return exitError
@@ -79,7 +82,10 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	failed := make(chan error, 2)
 	go func() { failed <- grpcServer.Serve(grpcLis) }()
 	go func() { failed <- httpServer.Serve(httpLis) }()
-	rls.SetServing(hs, true)
+	rls.SetServing(hs, false)
+	watching := make(chan struct{})
+	go func() { defer close(watching); watchStore(ctx, store, hs, log) }()
+	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"store", s.store, "config", s.config, "domains", len(cfg.Domains()))
 	if a.ready != nil {
@@ -120,16 +126,91 @@ func shutdown(g *grpc.Server, h *http.Server, timeout time.Duration, log *slog.L
 // store is what serve needs of a store.
 type store interface {
 	rls.Store
+	// Check reports whether the store answers.
+	Check(ctx context.Context) error
 	Close() error
 }
 
-func openStore(s *settings) (store, error) {
-	switch s.store {
-	case "memory":
+func openStore(s *settings, log *slog.Logger) (store, error) {
+	if s.store == "memory" {
 		return memory.New(memory.Options{MaxBuckets: s.memoryMaxBuckets})
-	default:
-		return nil, fmt.Errorf("the %s store is not part of this build yet: use -store memory", s.store)
 	}
+	goredis.SetLogger(redisLog{log})
+	client, err := redis.NewClient(redis.ClientOptions{
+		URL:              s.redisURL,
+		Cluster:          s.redisCluster,
+		SentinelMaster:   s.sentinelMaster,
+		SentinelAddrs:    splitList(s.sentinelAddrs),
+		SentinelPassword: s.sentinelPassword,
+		CAFile:           s.redisTLSCA,
+		CertFile:         s.redisTLSCert,
+		KeyFile:          s.redisTLSKey,
+		PoolSize:         s.redisPoolSize,
+		DialTimeout:      s.redisDialTimeout,
+		ReadTimeout:      s.redisReadTimeout,
+		WriteTimeout:     s.redisWriteTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mode, err := redis.ParseMode(s.redisMode)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return redis.New(redis.Options{Client: client, Mode: mode, Logger: log})
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// storeCheckInterval is how often serve asks the store whether it answers.
+const storeCheckInterval = time.Second
+
+// watchStore keeps the health status in step with the store until ctx ends:
+// SERVING while the store answers, NOT_SERVING while it does not (a Redis
+// that is down or not up yet), so load balancers send calls elsewhere.
+func watchStore(ctx context.Context, st store, hs *health.Server, log *slog.Logger) {
+	answering, known := false, false
+	t := time.NewTicker(storeCheckInterval)
+	defer t.Stop()
+	for {
+		checkCtx, cancel := context.WithTimeout(ctx, storeCheckInterval)
+		err := st.Check(checkCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok := err == nil; ok != answering || !known {
+			answering, known = ok, true
+			rls.SetServing(hs, ok)
+			if ok {
+				log.Info("the store answers: serving")
+			} else {
+				log.Error("the store does not answer: not serving", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// redisLog sends go-redis's own messages (a connection pool that cannot
+// dial, say) to the debug log: the service reports store failures itself.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Debug("redis: " + fmt.Sprintf(format, v...))
 }
 
 func logConfigError(log *slog.Logger, err error) {

@@ -1,0 +1,326 @@
+// Package redistest starts real Redis servers for tests: redis-server from
+// PATH on a free loopback port (a single server, a 6-node Cluster, a
+// Sentinel), or, for a single server, a container through testcontainers-go
+// when a Docker engine answers. When neither is possible the test is
+// skipped with the reason, or fails if RLS_REQUIRE_REDIS=1.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// RequireEnv names the variable that turns a missing Redis into a failure.
+const RequireEnv = "RLS_REQUIRE_REDIS"
+
+// Unavailable skips t because Redis cannot be had, or fails it when
+// RLS_REQUIRE_REDIS=1.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	why := fmt.Sprintf(format, args...)
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("Redis is required (%s=1) but unavailable: %s", RequireEnv, why)
+	}
+	t.Skipf("skipped, no Redis: %s (install redis-server, or run Docker, to run it)", why)
+}
+
+// Server is one running Redis.
+type Server struct {
+	t    testing.TB
+	addr string
+	tls  bool
+
+	// A process of redis-server from PATH...
+	bin  string
+	args []string
+	cmd  *exec.Cmd
+	// ...or a container.
+	container testcontainers.Container
+}
+
+// Addr returns host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// URL returns the server's redis:// (or rediss://) URL.
+func (s *Server) URL() string {
+	if s.tls {
+		return "rediss://" + s.addr + "/0"
+	}
+	return "redis://" + s.addr + "/0"
+}
+
+// Client returns a plain client to the server, closed with the test.
+func (s *Server) Client(t testing.TB) *goredis.Client {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Start starts a single Redis with the given extra redis-server arguments
+// (the container fallback takes none).
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if bin, err := exec.LookPath("redis-server"); err == nil {
+		return startProcess(t, bin, args, false)
+	}
+	if len(args) > 0 {
+		Unavailable(t, "redis-server is not on PATH and this test needs a configured server")
+	}
+	return startContainer(t)
+}
+
+// StartTLS starts a Redis that only speaks TLS, with the given files
+// (PEM) and tls-auth-clients setting ("yes", "no" or "optional").
+func StartTLS(t testing.TB, certFile, keyFile, caFile, authClients string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "redis-server is not on PATH")
+	}
+	return startProcess(t, bin, []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", authClients}, true)
+}
+
+func startProcess(t testing.TB, bin string, extra []string, useTLS bool) *Server {
+	t.Helper()
+	port := FreePort(t)
+	dir := t.TempDir()
+	portArgs := []string{"--port", strconv.Itoa(port)}
+	if useTLS {
+		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(port)}
+	}
+	args := append(portArgs, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tls: useTLS, bin: bin, args: append(args, extra...)}
+	s.Restart()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Stop kills the server, as a crash would. Restart starts it again on the
+// same port.
+func (s *Server) Stop() {
+	if s.container != nil {
+		timeout := time.Duration(0)
+		if err := s.container.Stop(context.Background(), &timeout); err != nil {
+			s.t.Errorf("stopping the Redis container: %v", err)
+		}
+		return
+	}
+	if s.cmd != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Restart starts a stopped server on the same address and waits until it
+// accepts connections.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.container != nil {
+		s.t.Fatal("restarting a Redis container is not supported: it may come back on another port")
+	}
+	if s.cmd != nil {
+		return
+	}
+	s.cmd = exec.Command(s.bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("starting redis-server: %v", err)
+	}
+	if err := waitListening(s.addr, 10*time.Second); err != nil {
+		s.Stop()
+		s.t.Fatalf("redis-server %s did not start: %v; log:\n%s", s.addr, err, s.log())
+	}
+}
+
+func (s *Server) log() string {
+	for i, a := range s.args {
+		if a == "--logfile" && i+1 < len(s.args) {
+			b, _ := os.ReadFile(s.args[i+1])
+			return string(b)
+		}
+	}
+	return ""
+}
+
+func startContainer(t testing.TB) *Server {
+	t.Helper()
+	if err := dockerHealthy(); err != nil {
+		Unavailable(t, "redis-server is not on PATH and Docker does not answer (%v)", err)
+	}
+	ctx := context.Background()
+	c, err := testcontainers.Run(ctx, "redis:7",
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForListeningPort("6379/tcp")))
+	testcontainers.CleanupContainer(t, c)
+	if err != nil {
+		t.Fatalf("starting a Redis container: %v", err)
+	}
+	endpoint, err := c.PortEndpoint(ctx, "6379/tcp", "")
+	if err != nil {
+		t.Fatalf("Redis container port: %v", err)
+	}
+	return &Server{t: t, addr: endpoint, container: c}
+}
+
+// dockerHealthy reports whether a Docker engine answers, without the panic
+// testcontainers may raise when there is none.
+func dockerHealthy() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	p, err := testcontainers.ProviderDefault.GetProvider()
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return p.Health(ctx)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago, and whose
+// Cluster bus port (+10000) was too.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port
+	}
+	t.Fatal("no free port pair found")
+	return 0
+}
+
+func waitListening(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Cluster is a running 6-node Redis Cluster: 3 masters, 3 replicas.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// URL returns the Cluster's seed list as a go-redis URL with addr= parameters.
+func (c *Cluster) URL() string {
+	var extra []string
+	for _, n := range c.Nodes[1:] {
+		extra = append(extra, "addr="+n.addr)
+	}
+	return "redis://" + c.Nodes[0].addr + "?" + strings.Join(extra, "&")
+}
+
+// StartCluster starts a 6-node Cluster with redis-server and redis-cli from
+// PATH and waits until every slot is served.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "a Cluster needs redis-server on PATH")
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		Unavailable(t, "a Cluster needs redis-cli on PATH")
+	}
+	c := &Cluster{}
+	addrs := make([]string, 6)
+	for i := range addrs {
+		// Each node has its own --dir, where Redis keeps its nodes.conf.
+		n := startProcess(t, bin, []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "5000"}, false)
+		c.Nodes = append(c.Nodes, n)
+		addrs[i] = n.addr
+	}
+	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		client := n.Client(t)
+		for {
+			info, err := client.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Cluster node %s not ready after 30s: %v\n%s", n.addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+// StartSentinel starts a Sentinel watching master under the name name, and
+// returns its address once it knows the master.
+func StartSentinel(t testing.TB, master *Server, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "a Sentinel needs redis-server on PATH")
+	}
+	port := FreePort(t)
+	dir := t.TempDir()
+	host, mport, _ := net.SplitHostPort(master.addr)
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n",
+		port, dir, filepath.Join(dir, "sentinel.log"), name, host, mport, name)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: []string{conf, "--sentinel"}}
+	s.Restart()
+	t.Cleanup(s.Stop)
+	client := goredis.NewSentinelClient(&goredis.Options{Addr: s.addr})
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := client.GetMasterAddrByName(context.Background(), name).Result(); err == nil {
+			return s.addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Sentinel %s does not know master %s after 10s", s.addr, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

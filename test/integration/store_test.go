@@ -1,0 +1,80 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+)
+
+// client returns a go-redis client as the service builds it.
+func client(t testing.TB, o redis.ClientOptions) goredis.UniversalClient {
+	t.Helper()
+	c, err := redis.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+var prefixes atomic.Int64
+
+// conformance runs the memory store's suite, unchanged, on stores sharing c,
+// each subtest under a prefix of its own.
+func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode) {
+	leakytest.Run(t, func(t *testing.T) leakytest.Store {
+		s, err := redis.New(redis.Options{
+			Client:      c,
+			Mode:        mode,
+			Prefix:      fmt.Sprintf("conformance%d:", prefixes.Add(1)),
+			CallerClock: true, // the suite decides at fixed instants
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformanceScriptSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.ScriptMode)
+}
+
+func TestConformanceScriptCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.ScriptMode)
+}
+
+func TestConformanceTransactionsSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.TransactionsMode)
+}
+
+func TestConformanceTransactionsCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.TransactionsMode)
+}
+
+// TestSlotsMatchRedis checks the store's slot computation against the
+// Cluster's own CLUSTER KEYSLOT, for keys with and without hash tags.
+func TestSlotsMatchRedis(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	c := cluster.Nodes[0].Client(t)
+	for _, k := range []string{"foo", "rls:{api|user=alice}|action=trade", "{}x", "a{b}c{d}", "{", "x}{y}", "ümlaut"} {
+		want, err := c.ClusterKeySlot(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := redis.Slot(k); int64(got) != want {
+			t.Errorf("slot of %q: store says %d, Redis says %d", k, got, want)
+		}
+	}
+}
