@@ -84,7 +84,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	go func() { failed <- httpServer.Serve(httpLis) }()
 	rls.SetServing(hs, false)
 	watching := make(chan struct{})
-	go func() { defer close(watching); watchStore(ctx, store, hs, log) }()
+	go func() { defer close(watching); rls.WatchStore(ctx, store, hs, log) }()
 	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"store", s.store, "config", s.config, "domains", len(cfg.Domains()))
@@ -136,7 +136,11 @@ func openStore(s *settings, log *slog.Logger) (store, error) {
 		return memory.New(memory.Options{MaxBuckets: s.memoryMaxBuckets})
 	}
 	goredis.SetLogger(redisLog{log})
-	client, err := redis.NewClient(redis.ClientOptions{
+	mode, err := redis.ParseMode(s.redisMode)
+	if err != nil {
+		return nil, err
+	}
+	return redis.New(redis.Options{Mode: mode, Logger: log, Connect: &redis.ClientOptions{
 		URL:              s.redisURL,
 		Cluster:          s.redisCluster,
 		SentinelMaster:   s.sentinelMaster,
@@ -149,16 +153,7 @@ func openStore(s *settings, log *slog.Logger) (store, error) {
 		DialTimeout:      s.redisDialTimeout,
 		ReadTimeout:      s.redisReadTimeout,
 		WriteTimeout:     s.redisWriteTimeout,
-	})
-	if err != nil {
-		return nil, err
-	}
-	mode, err := redis.ParseMode(s.redisMode)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return redis.New(redis.Options{Client: client, Mode: mode, Logger: log})
+	}})
 }
 
 func splitList(s string) []string {
@@ -169,40 +164,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// storeCheckInterval is how often serve asks the store whether it answers.
-const storeCheckInterval = time.Second
-
-// watchStore keeps the health status in step with the store until ctx ends:
-// SERVING while the store answers, NOT_SERVING while it does not (a Redis
-// that is down or not up yet), so load balancers send calls elsewhere.
-func watchStore(ctx context.Context, st store, hs *health.Server, log *slog.Logger) {
-	answering, known := false, false
-	t := time.NewTicker(storeCheckInterval)
-	defer t.Stop()
-	for {
-		checkCtx, cancel := context.WithTimeout(ctx, storeCheckInterval)
-		err := st.Check(checkCtx)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if ok := err == nil; ok != answering || !known {
-			answering, known = ok, true
-			rls.SetServing(hs, ok)
-			if ok {
-				log.Info("the store answers: serving")
-			} else {
-				log.Error("the store does not answer: not serving", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // redisLog sends go-redis's own messages (a connection pool that cannot

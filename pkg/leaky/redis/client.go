@@ -39,7 +39,10 @@ type ClientOptions struct {
 }
 
 // NewClient returns a client for o. It does not connect: the first command
-// does.
+// does. A failed command is not retried, since a script whose reply was lost
+// may have charged its buckets already; a failed dial is not retried either,
+// so that a call fails fast while Redis is down. (In a Cluster, go-redis
+// still follows MOVED and ASK redirects.)
 func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 	u, err := url.Parse(o.URL)
 	if err != nil {
@@ -72,6 +75,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			return nil, err
 		}
 		opts.ContextTimeoutEnabled = true
+		opts.DialerRetries = 1
 		opts.PoolSize = o.PoolSize
 		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
 		return goredis.NewClusterClient(opts), nil
@@ -93,6 +97,8 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			DB:                    opts.DB,
 			TLSConfig:             tc,
 			ContextTimeoutEnabled: true,
+			MaxRetries:            -1,
+			DialerRetries:         1,
 			PoolSize:              o.PoolSize,
 			DialTimeout:           o.DialTimeout,
 			ReadTimeout:           o.ReadTimeout,
@@ -107,6 +113,8 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			return nil, err
 		}
 		opts.ContextTimeoutEnabled = true
+		opts.MaxRetries = -1
+		opts.DialerRetries = 1
 		opts.PoolSize = o.PoolSize
 		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
 		return goredis.NewClient(opts), nil

@@ -14,16 +14,11 @@
 
 local MAX = 9007199254740992 -- 2^53
 
--- idiv is floor(a / b) for integers 0 <= a <= MAX, b >= 1, corrected for
--- the rounding of the double division.
+-- idiv is floor(a / b) for integers 0 <= a <= MAX, 1 <= b <= MAX. The
+-- double quotient is rounded, but within this range never up to the next
+-- integer, so its floor is exact.
 local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
+  return math.floor(a / b)
 end
 
 local function ceildiv(a, b)

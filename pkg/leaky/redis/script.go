@@ -22,11 +22,9 @@ var decideScript = goredis.NewScript(decideSource)
 const resultFields = 7
 
 // scriptExec decides a slot's buckets in one script call.
-type scriptExec struct {
-	client goredis.UniversalClient
-}
+type scriptExec struct{}
 
-func (e *scriptExec) run(ctx context.Context, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (scriptExec) run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
 	args := make([]any, 1, 1+5*len(buckets))
 	args[0] = ""
 	if now >= 0 {
@@ -39,7 +37,7 @@ func (e *scriptExec) run(ctx context.Context, now int64, keys []string, buckets 
 		}
 		args = append(args, b.Limit.Size, b.Limit.DripRate.Microseconds(), b.Limit.DripSize, b.Hits, shadow)
 	}
-	vals, err := decideScript.Run(ctx, e.client, keys, args...).Int64Slice()
+	vals, err := decideScript.Run(ctx, c, keys, args...).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("redis script: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -50,8 +51,14 @@ func ParseMode(s string) (Mode, error) {
 
 // Options configure a Store.
 type Options struct {
-	// Client is the Redis connection: a *goredis.Client (single or
-	// Sentinel) or a *goredis.ClusterClient. Required; Close closes it.
+	// Connect says how to reach Redis. The store makes its client from it,
+	// and a fresh one when Check finds that Redis answers again after an
+	// outage (go-redis's pool, once it has failed to dial, tries again only
+	// once a second).
+	Connect *ClientOptions
+	// Client, if Connect is nil, is the Redis connection to use as it is:
+	// a *goredis.Client (single or Sentinel) or a *goredis.ClusterClient.
+	// Close closes it.
 	Client goredis.UniversalClient
 	// Mode is ScriptMode (default) or TransactionsMode.
 	Mode Mode
@@ -67,7 +74,8 @@ type Options struct {
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client      goredis.UniversalClient
+	client      atomic.Pointer[goredis.UniversalClient]
+	connect     *ClientOptions // nil: the client is not replaced
 	exec        executor
 	keyPrefix   string // the prefix, and the mode's own mark
 	cluster     bool
@@ -79,12 +87,19 @@ type Store struct {
 // all-or-nothing rule. now is Unix microseconds, or -1 for the server's
 // clock.
 type executor interface {
-	run(ctx context.Context, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error
+	run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error
 }
 
 // New returns a store on opts.Client. It does not contact Redis: a Redis that
 // is down makes Apply and Check fail until it answers.
 func New(opts Options) (*Store, error) {
+	if opts.Connect != nil {
+		c, err := NewClient(*opts.Connect)
+		if err != nil {
+			return nil, err
+		}
+		opts.Client = c
+	}
 	if opts.Client == nil {
 		return nil, errors.New("redis store: a client is required")
 	}
@@ -94,13 +109,14 @@ func New(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Store{client: opts.Client, keyPrefix: opts.Prefix, callerClock: opts.CallerClock, log: opts.Logger}
+	s := &Store{connect: opts.Connect, keyPrefix: opts.Prefix, callerClock: opts.CallerClock, log: opts.Logger}
+	s.client.Store(&opts.Client)
 	_, s.cluster = opts.Client.(*goredis.ClusterClient)
 	switch opts.Mode {
 	case ScriptMode:
-		s.exec = &scriptExec{client: opts.Client}
+		s.exec = scriptExec{}
 	case TransactionsMode:
-		s.exec = &txExec{client: opts.Client}
+		s.exec = txExec{}
 		s.keyPrefix += txPrefix
 	default:
 		return nil, fmt.Errorf("redis store: unknown mode %d", opts.Mode)
@@ -127,10 +143,11 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	for i, b := range buckets {
 		keys[i] = redisKey(s.keyPrefix, b.Key)
 	}
+	c := *s.client.Load()
 	if !s.cluster || sameSlot(keys) {
-		return s.exec.run(ctx, at, keys, buckets, results[:len(buckets)])
+		return s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)])
 	}
-	return s.applySlots(ctx, at, keys, buckets, results)
+	return s.applySlots(ctx, c, at, keys, buckets, results)
 }
 
 func sameSlot(keys []string) bool {
@@ -172,7 +189,7 @@ func (p *part) admitted() bool {
 // applySlots decides a request whose buckets span several slots: one call
 // per slot, in parallel. If any slot rejects or fails, the slots that
 // charged are refunded, so a rejected request still charges nothing.
-func (s *Store) applySlots(ctx context.Context, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) applySlots(ctx context.Context, c goredis.UniversalClient, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
 	var parts []*part
 	slots := map[uint16]*part{}
 	for i, k := range keys {
@@ -185,7 +202,7 @@ func (s *Store) applySlots(ctx context.Context, at int64, keys []string, buckets
 		}
 		p.add(i, k, buckets[i])
 	}
-	s.runParts(ctx, at, parts)
+	s.runParts(ctx, c, at, parts)
 
 	var failed error
 	admitted := true
@@ -213,7 +230,7 @@ func (s *Store) applySlots(ctx context.Context, at int64, keys []string, buckets
 	// The refund must happen even if the call has just ended, but not hang.
 	refundCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
 	defer cancel()
-	s.runParts(refundCtx, at, refunds)
+	s.runParts(refundCtx, c, at, refunds)
 	scatter(parts, results)
 	for _, r := range refunds {
 		if r.err != nil {
@@ -248,11 +265,11 @@ func refund(p *part) *part {
 	return r
 }
 
-func (s *Store) runParts(ctx context.Context, at int64, parts []*part) {
+func (s *Store) runParts(ctx context.Context, c goredis.UniversalClient, at int64, parts []*part) {
 	var wg sync.WaitGroup
 	for _, p := range parts {
 		p.results = make([]leaky.Result, len(p.buckets))
-		wg.Go(func() { p.err = s.exec.run(ctx, at, p.keys, p.buckets, p.results) })
+		wg.Go(func() { p.err = s.exec.run(ctx, c, at, p.keys, p.buckets, p.results) })
 	}
 	wg.Wait()
 }
@@ -269,14 +286,36 @@ func scatter(parts []*part, results []leaky.Result) {
 	}
 }
 
-// Check pings Redis: nil when it answers.
+// Check pings Redis: nil when it answers. When the store's client fails
+// but a fresh client reaches Redis, the fresh one replaces it, so calls
+// succeed as soon as Redis is back.
 func (s *Store) Check(ctx context.Context) error {
-	return s.client.Ping(ctx).Err()
+	cur := s.client.Load()
+	err := (*cur).Ping(ctx).Err()
+	if err == nil || s.connect == nil || ctx.Err() != nil {
+		return err
+	}
+	fresh, ferr := NewClient(*s.connect)
+	if ferr != nil {
+		return err
+	}
+	if fresh.Ping(ctx).Err() != nil || !s.client.CompareAndSwap(cur, &fresh) {
+		fresh.Close()
+		return err
+	}
+	s.log.Info("redis store: Redis answers again; new connections replace the failed ones")
+	old := *cur
+	time.AfterFunc(retireDelay, func() { old.Close() })
+	return nil
 }
+
+// retireDelay is how long a replaced client stays open for the calls that
+// still use it.
+const retireDelay = 10 * time.Second
 
 // Close closes the Redis client.
 func (s *Store) Close() error {
-	return s.client.Close()
+	return (*s.client.Load()).Close()
 }
 
 func micros(us int64) time.Duration {

@@ -24,9 +24,7 @@ import (
 // conflicting change makes EXEC apply nothing, and the request is decided
 // again, by leaky.DecideAll. An attempt is three round trips: WATCH, a
 // pipeline that reads the server's TIME and the buckets, and MULTI/EXEC.
-type txExec struct {
-	client goredis.UniversalClient
-}
+type txExec struct{}
 
 // txPrefix follows the store's prefix in transaction-mode keys, which hold
 // hashes, so they never meet the script mode's strings (whose keys have the
@@ -39,9 +37,9 @@ const (
 	timestampField = "t"
 )
 
-func (e *txExec) run(ctx context.Context, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (e txExec) run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
 	for attempt := 0; ; attempt++ {
-		err := e.client.Watch(ctx, func(tx *goredis.Tx) error {
+		err := c.Watch(ctx, func(tx *goredis.Tx) error {
 			return e.attempt(ctx, tx, now, keys, buckets, results)
 		}, keys...)
 		if !errors.Is(err, goredis.TxFailedErr) {
@@ -63,7 +61,7 @@ func (e *txExec) run(ctx context.Context, now int64, keys []string, buckets []le
 
 // attempt reads the buckets under WATCH, decides, and writes the changes in
 // MULTI/EXEC, which fails with TxFailedErr if a watched key changed.
-func (e *txExec) attempt(ctx context.Context, tx *goredis.Tx, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (e txExec) attempt(ctx context.Context, tx *goredis.Tx, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
 	var timeCmd *goredis.TimeCmd
 	reads := make([]*goredis.SliceCmd, len(keys))
 	_, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {

@@ -33,7 +33,7 @@ func Unavailable(t testing.TB, format string, args ...any) {
 	if os.Getenv(RequireEnv) == "1" {
 		t.Fatalf("Redis is required (%s=1) but unavailable: %s", RequireEnv, why)
 	}
-	t.Skipf("skipped, no Redis: %s (install redis-server, or run Docker, to run it)", why)
+	t.Skipf("skipped, no Redis: %s", why)
 }
 
 // Server is one running Redis.
@@ -77,7 +77,7 @@ func Start(t testing.TB, args ...string) *Server {
 		return startProcess(t, bin, args, false)
 	}
 	if len(args) > 0 {
-		Unavailable(t, "redis-server is not on PATH and this test needs a configured server")
+		Unavailable(t, "this test configures redis-server, which is not on PATH: install redis-server")
 	}
 	return startContainer(t)
 }
@@ -88,13 +88,31 @@ func StartTLS(t testing.TB, certFile, keyFile, caFile, authClients string) *Serv
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		Unavailable(t, "redis-server is not on PATH")
+		Unavailable(t, "a TLS Redis needs redis-server on PATH: install redis-server")
 	}
 	return startProcess(t, bin, []string{"--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--tls-ca-cert-file", caFile, "--tls-auth-clients", authClients}, true)
 }
 
+// New returns a Redis on a free port, not started yet: Restart starts it.
+// It needs redis-server on PATH.
+func New(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		Unavailable(t, "this test starts and stops redis-server, which is not on PATH: install redis-server")
+	}
+	return newProcess(t, bin, args, false)
+}
+
 func startProcess(t testing.TB, bin string, extra []string, useTLS bool) *Server {
+	t.Helper()
+	s := newProcess(t, bin, extra, useTLS)
+	s.Restart()
+	return s
+}
+
+func newProcess(t testing.TB, bin string, extra []string, useTLS bool) *Server {
 	t.Helper()
 	port := FreePort(t)
 	dir := t.TempDir()
@@ -105,7 +123,6 @@ func startProcess(t testing.TB, bin string, extra []string, useTLS bool) *Server
 	args := append(portArgs, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
 	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tls: useTLS, bin: bin, args: append(args, extra...)}
-	s.Restart()
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -160,7 +177,7 @@ func (s *Server) log() string {
 func startContainer(t testing.TB) *Server {
 	t.Helper()
 	if err := dockerHealthy(); err != nil {
-		Unavailable(t, "redis-server is not on PATH and Docker does not answer (%v)", err)
+		Unavailable(t, "redis-server is not on PATH and Docker does not answer (%v): install redis-server or start Docker", err)
 	}
 	ctx := context.Background()
 	c, err := testcontainers.Run(ctx, "redis:7",
@@ -255,11 +272,11 @@ func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		Unavailable(t, "a Cluster needs redis-server on PATH")
+		Unavailable(t, "a Cluster needs redis-server on PATH: install redis-server")
 	}
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		Unavailable(t, "a Cluster needs redis-cli on PATH")
+		Unavailable(t, "a Cluster needs redis-cli on PATH: install redis-server, which has it")
 	}
 	c := &Cluster{}
 	addrs := make([]string, 6)
@@ -297,7 +314,7 @@ func StartSentinel(t testing.TB, master *Server, name string) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		Unavailable(t, "a Sentinel needs redis-server on PATH")
+		Unavailable(t, "a Sentinel needs redis-server on PATH: install redis-server")
 	}
 	port := FreePort(t)
 	dir := t.TempDir()

@@ -1,0 +1,55 @@
+package rls
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/health"
+)
+
+// Checker is a store that can tell whether it answers.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
+// How often WatchStore asks the store: often while it does not answer, so
+// that serving resumes soon after it is back.
+const (
+	checkWhileServing = time.Second
+	checkWhileDown    = 250 * time.Millisecond
+)
+
+// WatchStore keeps the health status hs in step with the store until ctx
+// ends: SERVING while the store answers, NOT_SERVING while it does not (a
+// Redis that is down or not up yet), so that load balancers send calls
+// elsewhere. It logs every change.
+func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog.Logger) {
+	answering, known := false, false
+	for {
+		checkCtx, cancel := context.WithTimeout(ctx, checkWhileServing)
+		err := store.Check(checkCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if ok := err == nil; ok != answering || !known {
+			answering, known = ok, true
+			SetServing(hs, ok)
+			if ok {
+				log.Info("the store answers: serving")
+			} else {
+				log.Error("the store does not answer: not serving", "err", err)
+			}
+		}
+		wait := checkWhileServing
+		if !answering {
+			wait = checkWhileDown
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}

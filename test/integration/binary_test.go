@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// envoyRLS returns the path of the envoy-rls binary, built once per run.
+func envoyRLS(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "envoy-rls-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "envoy-rls")
+		out, err := exec.Command("go", "build", "-o", binary, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+// process is the real binary running.
+type process struct {
+	cmd                *exec.Cmd
+	out                *syncBuffer
+	grpcAddr, httpAddr string
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startBinary(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{
+		out:      &syncBuffer{},
+		grpcAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		httpAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+	}
+	p.cmd = exec.Command(envoyRLS(t), append([]string{"-config", "../../config", "-grpc-addr", p.grpcAddr, "-http-addr", p.httpAddr}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", p.grpcAddr, 100*time.Millisecond); err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("envoy-rls did not listen within 10s; output:\n%s", p.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStartsWithoutRedis starts the binary with Redis not running: it
+// serves, says NOT_SERVING and answers Unavailable, then turns SERVING and
+// answers once Redis is up.
+func TestStartsWithoutRedis(t *testing.T) {
+	srv := redistest.New(t) // not started yet
+	p := startBinary(t, "-store", "redis", "-redis-url", srv.URL())
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	health := healthpb.NewHealthClient(conn)
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		return resp.GetStatus()
+	}
+	readyz := func() int {
+		r, err := http.Get("http://" + p.httpAddr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := rls.ShouldRateLimit(ctx, request([]string{"user=alice", "action=trade"}))
+		return err
+	}
+
+	if st := check(); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health with Redis down: %v, want NOT_SERVING", st)
+	}
+	if code := readyz(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with Redis down: %d, want 503", code)
+	}
+	if err := call(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("call with Redis down: %v, want Unavailable", err)
+	}
+
+	srv.Restart()
+	up := time.Now()
+	for check() != healthpb.HealthCheckResponse_SERVING {
+		if time.Since(up) > 3*time.Second {
+			t.Fatalf("still NOT_SERVING 3s after Redis started; output:\n%s", p.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := call(); err != nil {
+		t.Fatalf("call with Redis up: %v", err)
+	}
+	if code := readyz(); code != http.StatusOK {
+		t.Fatalf("/readyz with Redis up: %d, want 200", code)
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v; output:\n%s", err, p.out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("envoy-rls did not exit within 10s of SIGTERM")
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}

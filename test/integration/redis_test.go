@@ -1,0 +1,201 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+)
+
+// commandStats returns the calls per command of INFO commandstats.
+func commandStats(t *testing.T, c *goredis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		stats[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return stats
+}
+
+// countingHook counts the commands a client sends.
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestOneCommandPerRequest counts what Redis executes for two-level
+// requests: one EVALSHA each, inside which the script reads and writes both
+// buckets; and counts what the client sends: that one command.
+func TestOneCommandPerRequest(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	hook := &countingHook{}
+	c.AddHook(hook)
+	store, err := redis.New(redis.Options{Client: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "service.yaml", Data: []byte(serviceConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := rls.New(rls.Options{Store: store, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := svc.ShouldRateLimit(ctx, request([]string{"user=warm-up"})); err != nil {
+		t.Fatal(err) // loads the script
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook.n.Store(0)
+	const requests = 50
+	for i := range requests {
+		if _, err := svc.ShouldRateLimit(ctx, request([]string{fmt.Sprintf("user=u%d", i), "action=trade"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stats := commandStats(t, admin)
+	t.Logf("commandstats after %d two-level requests: %v", requests, stats)
+	if stats["evalsha"] != requests || stats["eval"] != 0 {
+		t.Fatalf("%d EVALSHA and %d EVAL for %d requests, want one EVALSHA each", stats["evalsha"], stats["eval"], requests)
+	}
+	// Inside the script: both levels read, both written, and the clock.
+	if stats["get"] != 2*requests || stats["set"] != 2*requests || stats["time"] != requests {
+		t.Fatalf("inside the scripts: %d GET, %d SET, %d TIME; want %d, %d, %d", stats["get"], stats["set"], stats["time"], 2*requests, 2*requests, requests)
+	}
+	for cmd := range stats {
+		switch cmd {
+		case "evalsha", "get", "set", "time", "config|resetstat", "info":
+		default:
+			t.Errorf("unexpected command %s", cmd)
+		}
+	}
+	if sent := hook.n.Load(); sent != requests {
+		t.Fatalf("the client sent %d commands for %d requests, want %d", sent, requests, requests)
+	}
+}
+
+// TestTransactionsRoundTrips counts the commands of transactions mode: one
+// attempt is WATCH, a pipeline of TIME and one HMGET per bucket, and
+// MULTI/EXEC with the writes.
+func TestTransactionsRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	hook := &countingHook{}
+	c.AddHook(hook)
+	store, err := redis.New(redis.Options{Client: c, Mode: redis.TransactionsMode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l := leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
+	buckets := []leaky.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}, {Key: "api|user=a|action=b", Limit: l, Hits: 1}}
+	results := make([]leaky.Result, 2)
+	roundTrips := &countingTrips{}
+	c.AddHook(roundTrips)
+	// The first call also opens the connection (HELLO, CLIENT SETINFO).
+	for i := range 2 {
+		hook.n.Store(0)
+		roundTrips.n.Store(0)
+		if err := store.Apply(context.Background(), time.Now(), buckets, results); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	t.Logf("transactions mode, 2 buckets, no contention: %d round trips, %d commands", roundTrips.n.Load(), hook.n.Load())
+	if roundTrips.n.Load() != 3 {
+		t.Fatalf("%d round trips, want 3 (WATCH; TIME and reads; MULTI/EXEC)", roundTrips.n.Load())
+	}
+}
+
+// countingTrips counts round trips: a command or a whole pipeline.
+type countingTrips struct{ n atomic.Int64 }
+
+func (h *countingTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *countingTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *countingTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestMemoryPerBucket measures with MEMORY USAGE what one bucket of a
+// typical two-level descriptor costs Redis.
+func TestMemoryPerBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	store, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l := leaky.Limit{Size: 60, DripRate: time.Second, DripSize: 1}
+	results := make([]leaky.Result, 2)
+	ctx := context.Background()
+	const users = 1000
+	for i := range users {
+		user := fmt.Sprintf("api|user=u%06d", i)
+		buckets := []leaky.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=trade", Limit: l, Hits: 1}}
+		if err := store.Apply(ctx, time.Now(), buckets, results); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := admin.Keys(ctx, "*").Result()
+	if err != nil || len(keys) != 2*users {
+		t.Fatalf("%d keys (%v), want %d", len(keys), err, 2*users)
+	}
+	total := int64(0)
+	for _, k := range keys {
+		n, err := admin.MemoryUsage(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	perBucket := float64(total) / float64(len(keys))
+	t.Logf("MEMORY USAGE: %.1f bytes per bucket (keys like %q)", perBucket, keys[0])
+	if perBucket > 128 {
+		t.Fatalf("%.1f bytes per bucket, want at most 128", perBucket)
+	}
+}
