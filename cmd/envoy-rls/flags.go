@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,16 @@ type settings struct {
 	logLevel          string
 	logFormat         string
 	shutdownTimeout   time.Duration
+	shutdownDelay     time.Duration
+	watchConfig       bool
+	failureMode       string
+	storeTimeout      time.Duration
+	localCacheSize    int
+	shadowMode        bool
+	nearLimitRatio    float64
+	grpcTLSCert       string
+	grpcTLSKey        string
+	grpcTLSClientCA   string
 }
 
 func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
@@ -63,6 +74,16 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
+	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
+	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
+	fs.StringVar(&s.failureMode, "failure-mode", "unavailable", "when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
+	fs.DurationVar(&s.storeTimeout, "store-timeout", 100*time.Millisecond, "cap on every store call; a call's own deadline applies too")
+	fs.IntVar(&s.localCacheSize, "local-cache-size", 100000, "buckets the local over-limit cache may hold (Redis store); 0 turns it off")
+	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "global shadow mode: decide, charge and count every limit, but reject nothing")
+	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", 0.8, "share of a bucket past which an admitted request counts as near the limit (metrics)")
+	fs.StringVar(&s.grpcTLSCert, "grpc-tls-cert", "", "PEM `file` of the gRPC server's certificate: serve TLS (reloaded when it changes)")
+	fs.StringVar(&s.grpcTLSKey, "grpc-tls-key", "", "PEM `file` of the gRPC server's key")
+	fs.StringVar(&s.grpcTLSClientCA, "grpc-tls-client-ca", "", "PEM `file` of the CA of client certificates: require them (mutual TLS)")
 	return fs, s
 }
 
@@ -119,6 +140,22 @@ func (s *settings) check() error {
 		return fmt.Errorf("-memory-max-buckets: must be at least 1, got %d", s.memoryMaxBuckets)
 	case s.shutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout: must be positive, got %s", s.shutdownTimeout)
+	case s.shutdownDelay < 0:
+		return fmt.Errorf("-shutdown-delay: must not be negative, got %s", s.shutdownDelay)
+	case !slices.Contains([]string{"unavailable", "allow", "deny", "local"}, s.failureMode):
+		return fmt.Errorf("-failure-mode: %q: want unavailable, allow, deny or local", s.failureMode)
+	case s.failureMode == "local" && s.store != "redis":
+		return fmt.Errorf("-failure-mode local falls back from Redis: it needs -store redis")
+	case s.storeTimeout < 0:
+		return fmt.Errorf("-store-timeout: must not be negative, got %s", s.storeTimeout)
+	case s.localCacheSize < 0:
+		return fmt.Errorf("-local-cache-size: must not be negative, got %d", s.localCacheSize)
+	case s.nearLimitRatio <= 0 || s.nearLimitRatio > 1:
+		return fmt.Errorf("-near-limit-ratio: must be in (0, 1], got %g", s.nearLimitRatio)
+	case (s.grpcTLSCert == "") != (s.grpcTLSKey == ""):
+		return fmt.Errorf("-grpc-tls-cert and -grpc-tls-key go together")
+	case s.grpcTLSClientCA != "" && s.grpcTLSCert == "":
+		return fmt.Errorf("-grpc-tls-client-ca needs -grpc-tls-cert and -grpc-tls-key")
 	}
 	if _, err := s.level(); err != nil {
 		return err

@@ -8,23 +8,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
+	"github.com/envoy-rls/envoy-rls/pkg/certs"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-// serve runs the service until SIGINT or SIGTERM (or ctx ends), then stops
-// taking calls and lets the calls in flight finish.
+// serve runs the service until SIGINT or SIGTERM (or ctx ends), then
+// reports NOT_SERVING, stops taking calls and lets the calls in flight
+// finish.
 func (a *app) serve(ctx context.Context, args []string) int {
 	s, err := parseFlags(args, a.lookupEnv, a.stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -35,6 +36,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	log := s.logger(a.stderr)
+	m := metrics.New(s.nearLimitRatio)
 
 	cfg, warnings, err := descriptors.Load(s.config)
 	for _, w := range warnings {
@@ -44,26 +46,39 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		logConfigError(log, err)
 		return exitError
 	}
+	m.ConfigLoaded()
 
-	store, err := openStore(s, log)
+	st, err := openStore(s, m, log)
 	if err != nil {
 		log.Error("cannot open the store", "store", s.store, "err", err)
 		return exitError
 	}
-	defer store.Close()
+	defer st.Close()
 
-	headers := rls.LeakyHeaders
-	if s.responseHeaders == "none" {
-		headers = rls.NoHeaders
-	}
-	svc, err := rls.New(rls.Options{Store: store, Config: cfg, Logger: log, Headers: headers})
+	svc, err := rls.New(serviceOptions(s, st, cfg, m, log))
 	if err != nil {
 		log.Error("cannot start the service", "err", err)
 		return exitError
 	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var grpcOpts []grpc.ServerOption
+	if s.grpcTLSCert != "" {
+		tlsFiles, err := certs.NewServer(s.grpcTLSCert, s.grpcTLSKey, s.grpcTLSClientCA, log)
+		if err != nil {
+			log.Error("cannot serve TLS", "err", err)
+			return exitError
+		}
+		if err := tlsFiles.Watch(ctx); err != nil {
+			log.Warn("TLS files will not be reloaded when they change", "err", err)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.Config())))
+	}
 	hs := health.NewServer()
-	grpcServer := rls.NewGRPCServer(svc, hs, log)
-	httpServer := &http.Server{Handler: rls.HealthHandler(hs), ReadHeaderTimeout: 5 * time.Second}
+	rls.SetServing(hs, false)
+	grpcServer := rls.NewGRPCServer(svc, hs, log, grpcOpts...)
+	httpServer := &http.Server{Handler: rls.HTTPHandler(svc, hs, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
 
 	grpcLis, err := net.Listen("tcp", s.grpcAddr)
 	if err != nil {
@@ -77,17 +92,17 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitError
 	}
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	r := &reloader{path: s.config, svc: svc, metrics: m, log: log, digest: cfg.Digest()}
+	r.watch(ctx, s.watchConfig)
+
 	failed := make(chan error, 2)
 	go func() { failed <- grpcServer.Serve(grpcLis) }()
 	go func() { failed <- httpServer.Serve(httpLis) }()
-	rls.SetServing(hs, false)
 	watching := make(chan struct{})
-	go func() { defer close(watching); rls.WatchStore(ctx, store, hs, log) }()
+	go func() { defer close(watching); rls.WatchStore(ctx, st, hs, log) }()
 	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"store", s.store, "config", s.config, "domains", len(cfg.Domains()))
+		"tls", s.grpcTLSCert != "", "store", s.store, "failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()))
 	if a.ready != nil {
 		a.ready(grpcLis.Addr(), httpLis.Addr())
 	}
@@ -95,14 +110,44 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	code := exitOK
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: no new calls, finishing those in flight", "timeout", s.shutdownTimeout)
 	case err := <-failed:
 		log.Error("server failed", "err", err)
 		code = exitError
 	}
 	hs.Shutdown() // NOT_SERVING from now on
+	if s.shutdownDelay > 0 && code == exitOK {
+		log.Info("shutting down: NOT_SERVING, still serving while load balancers drain", "delay", s.shutdownDelay)
+		time.Sleep(s.shutdownDelay)
+	}
+	log.Info("shutting down: no new calls, finishing those in flight", "timeout", s.shutdownTimeout)
 	shutdown(grpcServer, httpServer, s.shutdownTimeout, log)
 	return code
+}
+
+func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.Metrics, log *slog.Logger) rls.Options {
+	o := rls.Options{
+		Store:        st,
+		Config:       cfg,
+		Logger:       log,
+		Observer:     m,
+		StoreTimeout: s.storeTimeout,
+		Shadow:       s.shadowMode,
+	}
+	if s.responseHeaders == "none" {
+		o.Headers = rls.NoHeaders
+	}
+	switch s.failureMode {
+	case "allow":
+		o.FailureMode = rls.FailAllow
+	case "deny":
+		o.FailureMode = rls.FailDeny
+	case "local":
+		o.StoreTimeout = 0 // the fallback store caps the Redis call itself
+	}
+	if s.store == "redis" {
+		o.OverLimitCacheSize = s.localCacheSize // in memory, the store is as fast as a cache
+	}
+	return o
 }
 
 // shutdown stops both servers gracefully, and for good once timeout passes.
@@ -123,57 +168,6 @@ func shutdown(g *grpc.Server, h *http.Server, timeout time.Duration, log *slog.L
 	}
 }
 
-// store is what serve needs of a store.
-type store interface {
-	rls.Store
-	// Check reports whether the store answers.
-	Check(ctx context.Context) error
-	Close() error
-}
-
-func openStore(s *settings, log *slog.Logger) (store, error) {
-	if s.store == "memory" {
-		return memory.New(memory.Options{MaxBuckets: s.memoryMaxBuckets})
-	}
-	goredis.SetLogger(redisLog{log})
-	mode, err := redis.ParseMode(s.redisMode)
-	if err != nil {
-		return nil, err
-	}
-	return redis.New(redis.Options{Mode: mode, Logger: log, Connect: &redis.ClientOptions{
-		URL:              s.redisURL,
-		Cluster:          s.redisCluster,
-		SentinelMaster:   s.sentinelMaster,
-		SentinelAddrs:    splitList(s.sentinelAddrs),
-		SentinelPassword: s.sentinelPassword,
-		CAFile:           s.redisTLSCA,
-		CertFile:         s.redisTLSCert,
-		KeyFile:          s.redisTLSKey,
-		PoolSize:         s.redisPoolSize,
-		DialTimeout:      s.redisDialTimeout,
-		ReadTimeout:      s.redisReadTimeout,
-		WriteTimeout:     s.redisWriteTimeout,
-	}})
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
-// redisLog sends go-redis's own messages (a connection pool that cannot
-// dial, say) to the debug log: the service reports store failures itself.
-type redisLog struct{ log *slog.Logger }
-
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.Debug("redis: " + fmt.Sprintf(format, v...))
-}
-
 func logConfigError(log *slog.Logger, err error) {
 	var cfgErr *descriptors.Error
 	if !errors.As(err, &cfgErr) {
@@ -183,4 +177,15 @@ func logConfigError(log *slog.Logger, err error) {
 	for _, p := range cfgErr.Problems {
 		log.Error("invalid config: " + p.String())
 	}
+}
+
+// hangups returns a channel of SIGHUP signals, until ctx ends.
+func hangups(ctx context.Context) <-chan os.Signal {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	go func() {
+		<-ctx.Done()
+		signal.Stop(ch)
+	}()
+	return ch
 }

@@ -1,6 +1,8 @@
 package descriptors
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +16,12 @@ import (
 type Config struct {
 	domains map[string]*Domain
 	files   []string
+	digest  string
 }
+
+// Digest identifies the files the config was made from, names and
+// contents: two configs with the same digest are the same.
+func (c *Config) Digest() string { return c.digest }
 
 // Domain returns the named domain, or nil if no file defines it.
 func (c *Config) Domain(name string) *Domain {
@@ -93,6 +100,12 @@ func Parse(sources ...Source) (*Config, []Problem, error) {
 	if len(errs) > 0 {
 		return nil, warnings, &Error{Problems: errs}
 	}
+	h := sha256.New()
+	for _, src := range sources {
+		fmt.Fprintf(h, "%q %d\n", src.Name, len(src.Data))
+		h.Write(src.Data)
+	}
+	c.digest = hex.EncodeToString(h.Sum(nil))
 	return c, warnings, nil
 }
 

@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -64,7 +65,13 @@ descriptors:
 	if d == nil || d.File != "api.yaml" {
 		t.Fatalf("domain api not loaded: %+v", d)
 	}
-	want := []Rule{
+	type ruleFields struct {
+		Name, Path string
+		Limit      leaky.Limit
+		Rate       leaky.Rate
+		Shadow     bool
+	}
+	want := []ruleFields{
 		{Path: "user", Limit: leaky.Limit{Size: 60, DripRate: time.Second, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 60, Unit: leaky.Minute}},
 		{Name: "trades", Path: "user/action=trade", Limit: leaky.Limit{Size: 5, DripRate: 2 * time.Second, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 30, Unit: leaky.Minute}},
 		{Path: "path=/admin/*", Limit: leaky.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 100, Unit: leaky.Minute}},
@@ -76,8 +83,9 @@ descriptors:
 		t.Fatalf("got %d rules, want %d", len(rules), len(want))
 	}
 	for i, r := range rules {
-		if *r != want[i] {
-			t.Errorf("rule %d: got %+v, want %+v", i, *r, want[i])
+		got := ruleFields{Name: r.Name, Path: r.Path, Limit: r.Limit, Rate: r.Rate, Shadow: r.Shadow}
+		if got != want[i] {
+			t.Errorf("rule %d: got %+v, want %+v", i, got, want[i])
 		}
 	}
 }
@@ -296,7 +304,7 @@ descriptors:
 	for _, w := range warnings {
 		got[w.Field[strings.LastIndex(w.Field, ".")+1:]] = true
 	}
-	for _, f := range []string{"detailed_metric", "replaces", "value_to_metric", "quota_mode", "metadata"} {
+	for _, f := range []string{"replaces", "quota_mode", "metadata"} {
 		if !got[f] {
 			t.Errorf("no warning for %s in %v", f, warnings)
 		}
@@ -308,11 +316,11 @@ func TestWarningsAreGivenOncePerFieldAndFile(t *testing.T) {
 domain: api
 descriptors:
   - key: a
-    detailed_metric: true
+    quota_mode: true
   - key: b
-    detailed_metric: true
+    quota_mode: true
   - key: c
-    detailed_metric: true
+    quota_mode: true
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -383,5 +391,30 @@ func TestLoadErrors(t *testing.T) {
 	}
 	if _, _, err := Load(t.TempDir()); !errors.Is(err, ErrNoConfig) {
 		t.Errorf("empty directory: got %v, want ErrNoConfig", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	c := mustParse(t, `
+domain: api
+descriptors:
+  - key: user
+    leaky_bucket: {size: 60, drip_rate: 1s}
+    descriptors:
+      - {key: action, value: trade, name: trades, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - {key: path, value: "/f/*", share_threshold: true, detailed_metric: true, rate_limit: {unit: hour, requests_per_unit: 9}}
+  - {key: client, value: internal, rate_limit: {unlimited: true}}
+`)
+	got, err := json.Marshal(c.Describe())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"files":["test.yaml"],"domains":[{"domain":"api","file":"test.yaml","descriptors":[` +
+		`{"key":"user","limit":{"size":60,"drip_rate":"1s","drip_size":1,"reported_as":"60/minute"},"descriptors":[` +
+		`{"key":"action","value":"trade","name":"trades","limit":{"size":5,"drip_rate":"12s","drip_size":1,"reported_as":"5/minute"},"shadow_mode":true}]},` +
+		`{"key":"path","value":"/f/*","limit":{"size":9,"drip_rate":"6m40s","drip_size":1,"reported_as":"9/hour"},"share_threshold":true,"detailed_metric":true},` +
+		`{"key":"client","value":"internal","unlimited":true}]}]}`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }

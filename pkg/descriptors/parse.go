@@ -27,8 +27,6 @@ var (
 
 // ignored explains, per accepted field that has no effect, why.
 var ignored = map[string]string{
-	"detailed_metric": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: this service exports no per-limit metrics yet",
-	"value_to_metric": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: this service exports no per-limit metrics yet",
 	"quota_mode":      "is accepted for compatibility with envoyproxy/ratelimit and has no effect: quota mode is not supported",
 	"metadata":        "is accepted for compatibility with envoyproxy/ratelimit and has no effect: descriptor metadata is not sent",
 	"replaces":        "is accepted for compatibility with envoyproxy/ratelimit and has no effect: every matched limit applies",
@@ -55,6 +53,8 @@ type rawNode struct {
 
 	shadow         bool
 	shareThreshold bool
+	detailedMetric bool // metrics of this limit show the request's values
+	valueToMetric  bool // metrics below show this level's value
 	children       []*rawNode
 }
 
@@ -238,7 +238,11 @@ func (r *reader) descriptor(n *yaml.Node, path string) *rawNode {
 			d.shareThreshold, _ = r.boolean(f.value, fp)
 		case "descriptors":
 			d.children = r.descriptorList(f.value, fp)
-		case "detailed_metric", "value_to_metric", "quota_mode":
+		case "detailed_metric":
+			d.detailedMetric, _ = r.boolean(f.value, fp)
+		case "value_to_metric":
+			d.valueToMetric, _ = r.boolean(f.value, fp)
+		case "quota_mode":
 			if on, ok := r.boolean(f.value, fp); ok && on {
 				r.warnOnce(f.key, fp, f.name, ignored[f.name])
 			}

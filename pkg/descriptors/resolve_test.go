@@ -350,3 +350,46 @@ func BenchmarkResolve(b *testing.B) {
 		dst = d.Resolve(req, nil, dst[:0])
 	}
 }
+
+func TestMetricLabel(t *testing.T) {
+	d := mustParse(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 10}
+    descriptors:
+      - key: action
+        value: trade
+        name: trades
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: action
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: tenant
+    value_to_metric: true
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 3}
+`).Domain("api")
+	cases := []struct {
+		request []string
+		want    []string
+	}{
+		// Names and paths: bounded by the config, whatever the values.
+		{[]string{"user=alice", "action=trade"}, []string{"user", "trades"}},
+		// detailed_metric: every level of the path with its value.
+		{[]string{"user=alice", "action=view"}, []string{"user", "user=alice/action=view"}},
+		// value_to_metric: that level's value, in the labels below it.
+		{[]string{"tenant=acme", "path=/a"}, []string{"tenant=acme/path"}},
+	}
+	for _, c := range cases {
+		levels := d.Resolve(entries(c.request...), nil, nil)
+		var got []string
+		for _, l := range levels {
+			got = append(got, l.Rule.MetricLabel(l.Key))
+		}
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%v: labels %q, want %q", c.request, got, c.want)
+		}
+	}
+}

@@ -21,6 +21,41 @@ type Rule struct {
 	Rate leaky.Rate
 	// Shadow marks a limit that is reported but never rejects.
 	Shadow bool
+
+	label  string       // the metric label: Name, or Path
+	metric []metricPart // per level of Path, when some take the request's value
+}
+
+// metricPart is one level of a metric label: the text of the rule's path,
+// or the request's key=value there (detailed_metric, value_to_metric).
+type metricPart struct {
+	text      string
+	withValue bool
+}
+
+// MetricLabel returns the label of this limit in metrics, given the key of
+// the level it was resolved to: its name, or else its path, so that the
+// number of labels stays bounded by the config. Where the config asks for
+// values (detailed_metric on the node, value_to_metric on a level of its
+// path), those levels show the request's key=value instead, as in
+// "user=alice/action=trade".
+func (r *Rule) MetricLabel(levelKey string) string {
+	if r.metric == nil {
+		return r.label
+	}
+	parts := strings.Split(levelKey, "|")[1:] // after the domain
+	var b strings.Builder
+	for i, m := range r.metric {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		if m.withValue && i < len(parts) {
+			b.WriteString(parts[i])
+		} else {
+			b.WriteString(m.text)
+		}
+	}
+	return b.String()
 }
 
 // Domain is the compiled, immutable descriptor tree of one domain.
@@ -41,6 +76,7 @@ func (d *Domain) Rules() []*Rule { return d.rules }
 // level holds the children of one node, indexed for matching.
 type level struct {
 	byKey map[string]*candidates
+	order []*node // as written, for Describe
 }
 
 // candidates are the nodes of one level with the same key, in matching
@@ -53,6 +89,7 @@ type candidates struct {
 }
 
 type node struct {
+	raw   *rawNode // as written, for Describe
 	key   string
 	value string   // as written; "" for any value
 	parts []string // a wildcard's value split at '*'; nil otherwise
@@ -67,17 +104,24 @@ type node struct {
 // compile builds the tree of one parsed domain.
 func compile(file string, raw *rawDomain) *Domain {
 	d := &Domain{Name: raw.name, File: file, prefix: escape(raw.name)}
-	d.root = d.level(raw.descriptors, "")
+	d.root = d.level(raw.descriptors, parent{})
 	return d
 }
 
-func (d *Domain) level(raws []*rawNode, parentPath string) *level {
+// parent is what a node inherits from the nodes above it.
+type parent struct {
+	path   string
+	metric []metricPart
+}
+
+func (d *Domain) level(raws []*rawNode, up parent) *level {
 	if len(raws) == 0 {
 		return nil
 	}
 	lv := &level{byKey: map[string]*candidates{}}
 	for _, raw := range raws {
-		n := d.node(raw, parentPath)
+		n := d.node(raw, up)
+		lv.order = append(lv.order, n)
 		c := lv.byKey[raw.key]
 		if c == nil {
 			c = &candidates{exact: map[string]*node{}}
@@ -100,16 +144,20 @@ func (d *Domain) level(raws []*rawNode, parentPath string) *level {
 	return lv
 }
 
-func (d *Domain) node(raw *rawNode, parentPath string) *node {
-	n := &node{key: raw.key, value: raw.value, unlimited: raw.unlimited}
+func (d *Domain) node(raw *rawNode, up parent) *node {
+	n := &node{raw: raw, key: raw.key, value: raw.value, unlimited: raw.unlimited}
 	segment := raw.key
 	if raw.value != "" {
 		segment += "=" + raw.value
 	}
-	path := segment
-	if parentPath != "" {
-		path = parentPath + "/" + segment
+	here := parent{
+		path:   segment,
+		metric: append(up.metric[:len(up.metric):len(up.metric)], metricPart{text: segment, withValue: raw.valueToMetric}),
 	}
+	if up.path != "" {
+		here.path = up.path + "/" + segment
+	}
+	path := here.path
 	switch {
 	case strings.Contains(raw.value, "*"):
 		n.parts = strings.Split(raw.value, "*")
@@ -120,17 +168,38 @@ func (d *Domain) node(raw *rawNode, parentPath string) *node {
 		n.component = component(raw.key, raw.value)
 	}
 	if raw.limit != nil && !raw.unlimited {
-		r := &Rule{Name: raw.name, Path: path, Limit: *raw.limit, Shadow: raw.shadow}
+		r := &Rule{Name: raw.name, Path: path, Limit: *raw.limit, Shadow: raw.shadow, label: raw.name}
+		if r.label == "" {
+			r.label = path
+		}
 		if raw.rate != nil {
 			r.Rate = *raw.rate
 		} else {
 			r.Rate = raw.limit.Rate()
 		}
+		r.metric = metricParts(here.metric, raw.detailedMetric)
 		n.rule = r
 		d.rules = append(d.rules, r)
 	}
-	n.children = d.level(raw.children, path)
+	n.children = d.level(raw.children, here)
 	return n
+}
+
+// metricParts returns the parts of a metric label that takes values, or
+// nil when no level does (the label is then fixed).
+func metricParts(parts []metricPart, detailed bool) []metricPart {
+	values := detailed
+	for _, p := range parts {
+		values = values || p.withValue
+	}
+	if !values {
+		return nil
+	}
+	out := make([]metricPart, len(parts))
+	for i, p := range parts {
+		out[i] = metricPart{text: p.text, withValue: p.withValue || detailed}
+	}
+	return out
 }
 
 func literalLen(parts []string) int {

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,9 @@ func newService(t testing.TB, opts Options) (*Service, *clock) {
 	}
 	if opts.Config == nil {
 		opts.Config = loadConfig(t, testConfig)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &clock{now: t0}
 	if opts.Clock == nil {

@@ -37,15 +37,21 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 	for i := range n {
 		var v verdict
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
-			rule, r := w.levels[j].Rule, &w.results[w.bucketOf[j]]
-			if rule.Shadow {
+			b := w.bucketOf[j]
+			if w.skipped[b] {
+				continue // not decided: the request was rejected from the cache
+			}
+			l, r := &w.levels[j], &w.results[b]
+			shadow := w.buckets[b].Shadow
+			s.observer.Limit(domain.Name, l.Rule, l.Key, r, shadow)
+			if shadow {
 				if !r.Admitted {
-					s.log.Debug("shadow limit would reject", "domain", domain.Name, "limit", rule.Path, "name", rule.Name)
+					s.log.Debug("shadow limit would reject", "domain", domain.Name, "limit", l.Rule.Path, "name", l.Rule.Name)
 				}
 				continue
 			}
-			v.add(rule, r)
-			all.add(rule, r)
+			v.add(l.Rule, r)
+			all.add(l.Rule, r)
 		}
 		resp.Statuses[i] = v.status()
 		if v.over {
@@ -54,6 +60,33 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 	}
 	if s.headers == LeakyHeaders && all.limited {
 		resp.ResponseHeadersToAdd = all.headers()
+	}
+	return resp
+}
+
+// failureResponse answers while the store fails: FailAllow passes every
+// descriptor; FailDeny rejects every descriptor that has a limit, naming
+// its deepest one, without figures the store could not give.
+func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
+	n := len(w.starts) - 1
+	resp := allOK(n)
+	if mode != FailDeny {
+		return resp
+	}
+	for i := range n {
+		var deepest *descriptors.Rule
+		for j := w.starts[i]; j < w.starts[i+1]; j++ {
+			if !w.buckets[w.bucketOf[j]].Shadow {
+				deepest = w.levels[j].Rule
+			}
+		}
+		if deepest == nil {
+			continue
+		}
+		st := resp.Statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.CurrentLimit = currentLimit(deepest)
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	return resp
 }
@@ -91,15 +124,7 @@ func (v *verdict) status() *rlsv3.RateLimitResponse_DescriptorStatus {
 	if !v.limited {
 		return st
 	}
-	rate := v.binding.Rate
-	st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-		Name:            v.binding.Name,
-		RequestsPerUnit: rate.RequestsPerUnit,
-		Unit:            responseUnits[rate.Unit],
-	}
-	if rate.Multiplier > 1 {
-		st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(rate.Multiplier)
-	}
+	st.CurrentLimit = currentLimit(v.binding)
 	st.LimitRemaining = uint32(min(v.remaining, math.MaxUint32))
 	st.DurationUntilReset = durationpb.New(v.clear)
 	if v.over {
@@ -107,6 +132,19 @@ func (v *verdict) status() *rlsv3.RateLimitResponse_DescriptorStatus {
 		st.DurationUntilReset = durationpb.New(v.reset)
 	}
 	return st
+}
+
+// currentLimit reports a rule as the response's current_limit.
+func currentLimit(r *descriptors.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	l := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            r.Name,
+		RequestsPerUnit: r.Rate.RequestsPerUnit,
+		Unit:            responseUnits[r.Rate.Unit],
+	}
+	if r.Rate.Multiplier > 1 {
+		l.UnitMultiplier = wrapperspb.UInt32(r.Rate.Multiplier)
+	}
+	return l
 }
 
 // The response headers. Envoy lower-cases names on HTTP/2 and HTTP/3.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
@@ -37,6 +38,30 @@ const (
 	NoHeaders
 )
 
+// FailureMode says how the service answers while the store fails.
+type FailureMode int
+
+const (
+	// FailUnavailable answers gRPC Unavailable, so that Envoy's
+	// failure_mode_deny decides.
+	FailUnavailable FailureMode = iota
+	// FailAllow answers OK: every request passes while the store fails.
+	FailAllow
+	// FailDeny answers OVER_LIMIT for every descriptor that has a limit.
+	FailDeny
+)
+
+// String returns the mode's flag value.
+func (m FailureMode) String() string {
+	switch m {
+	case FailAllow:
+		return "allow"
+	case FailDeny:
+		return "deny"
+	}
+	return "unavailable"
+}
+
 // Options configure a Service.
 type Options struct {
 	// Store keeps the buckets; required.
@@ -51,6 +76,21 @@ type Options struct {
 	Logger *slog.Logger
 	// Headers selects the response headers; default LeakyHeaders.
 	Headers Headers
+	// Observer receives what metrics count; default none.
+	Observer Observer
+	// FailureMode says how to answer while the store fails; default
+	// FailUnavailable.
+	FailureMode FailureMode
+	// StoreTimeout caps every store call (the call's own deadline applies
+	// too); 0 for no cap.
+	StoreTimeout time.Duration
+	// Shadow puts every limit in shadow mode: decided, charged and counted,
+	// but never rejecting.
+	Shadow bool
+	// OverLimitCacheSize bounds the local over-limit cache, which rejects
+	// calls for buckets the store found over their limit, until they have
+	// room, without asking the store; 0 turns it off.
+	OverLimitCacheSize int
 }
 
 // Service is the envoy.service.ratelimit.v3.RateLimitService. It is safe
@@ -58,13 +98,18 @@ type Options struct {
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store   Store
-	config  atomic.Pointer[descriptors.Config]
-	clock   func() time.Time
-	log     *slog.Logger
-	headers Headers
-	errLog  throttle
-	work    sync.Pool
+	store        Store
+	config       atomic.Pointer[descriptors.Config]
+	clock        func() time.Time
+	log          *slog.Logger
+	headers      Headers
+	observer     Observer
+	failureMode  FailureMode
+	storeTimeout time.Duration
+	shadow       bool
+	cache        *overLimitCache // nil when off
+	errLog       throttle
+	work         sync.Pool
 }
 
 // New returns a Service.
@@ -78,7 +123,19 @@ func New(opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Service{store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
+	if opts.StoreTimeout < 0 || opts.OverLimitCacheSize < 0 {
+		return nil, errors.New("rls: the store timeout and the cache size cannot be negative")
+	}
+	s := &Service{
+		store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
+		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, shadow: opts.Shadow,
+	}
+	if opts.OverLimitCacheSize > 0 {
+		s.cache = newOverLimitCache(opts.OverLimitCacheSize)
+	}
 	s.work.New = func() any { return new(work) }
 	if opts.Config != nil {
 		s.SetConfig(opts.Config)
@@ -87,8 +144,14 @@ func New(opts Options) (*Service, error) {
 }
 
 // SetConfig replaces the configuration. Calls in flight finish with the
-// configuration they started with.
-func (s *Service) SetConfig(c *descriptors.Config) { s.config.Store(c) }
+// configuration they started with. The over-limit cache is emptied, since
+// the new limits may be larger.
+func (s *Service) SetConfig(c *descriptors.Config) {
+	s.config.Store(c)
+	if s.cache != nil {
+		s.cache.clear()
+	}
+}
 
 // Config returns the configuration in force, or nil.
 func (s *Service) Config() *descriptors.Config { return s.config.Load() }
@@ -96,10 +159,13 @@ func (s *Service) Config() *descriptors.Config { return s.config.Load() }
 // ShouldRateLimit decides a request: OK, or OVER_LIMIT if any descriptor is
 // over a limit, with one status per descriptor and the response headers.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	resp, err := s.decide(ctx, req)
+	resp, domain, err := s.decide(ctx, req)
 	if err != nil {
-		return nil, grpcStatus(err)
+		err = grpcStatus(err)
+		s.observer.Call(domain, status.Code(err).String())
+		return nil, err
 	}
+	s.observer.Call(domain, resp.GetOverallCode().String())
 	return resp, nil
 }
 
@@ -111,75 +177,147 @@ type work struct {
 	bucketOf []int // bucket index of each level
 	buckets  []leaky.Bucket
 	results  []leaky.Result
+	skipped  []bool // buckets not decided: the cache rejected the request first
 }
 
 func (w *work) reset() {
 	clear(w.levels) // drop references to keys and rules
 	clear(w.buckets)
 	w.entries, w.levels, w.starts = w.entries[:0], w.levels[:0], w.starts[:0]
-	w.bucketOf, w.buckets, w.results = w.bucketOf[:0], w.buckets[:0], w.results[:0]
+	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
 }
 
-func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+// decide answers a request; domain is its domain if the config has it.
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, domain string, err error) {
+	var d *descriptors.Domain
+	if cfg := s.config.Load(); cfg != nil {
+		d = cfg.Domain(req.GetDomain())
+	}
+	if d != nil {
+		domain = d.Name
+	}
 	if err := validate(req); err != nil {
-		return nil, err
+		return nil, domain, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, domain, err
 	}
-	var domain *descriptors.Domain
-	if cfg := s.config.Load(); cfg != nil {
-		domain = cfg.Domain(req.GetDomain())
-	}
-	if domain == nil {
-		return allOK(len(req.GetDescriptors())), nil
+	if d == nil {
+		return allOK(len(req.GetDescriptors())), domain, nil
 	}
 
 	w := s.work.Get().(*work)
 	defer func() { w.reset(); s.work.Put(w) }()
 	w.starts = append(w.starts, 0)
-	for _, d := range req.GetDescriptors() {
+	for _, desc := range req.GetDescriptors() {
 		var override *descriptors.Rule
-		if o := d.GetLimit(); o != nil {
+		if o := desc.GetLimit(); o != nil {
 			override = overrideRule(o)
 		}
-		w.entries = entriesOf(d, w.entries[:0])
+		w.entries = entriesOf(desc, w.entries[:0])
 		first := len(w.levels)
-		w.levels = domain.Resolve(w.entries, override, w.levels)
-		hits := hitsOf(req, d)
+		w.levels = d.Resolve(w.entries, override, w.levels)
+		hits := hitsOf(req, desc)
 		for _, l := range w.levels[first:] {
-			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits))
+			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits, s.shadow))
 		}
 		w.starts = append(w.starts, len(w.levels))
 	}
 	if len(w.buckets) == 0 {
-		return allOK(len(req.GetDescriptors())), nil
+		return allOK(len(req.GetDescriptors())), domain, nil
 	}
+	n := len(w.buckets)
+	w.results = slices.Grow(w.results, n)[:n]
+	w.skipped = slices.Grow(w.skipped, n)[:n]
+	clear(w.skipped)
 
-	w.results = slices.Grow(w.results, len(w.buckets))[:len(w.buckets)]
-	if err := s.store.Apply(ctx, s.clock(), w.buckets, w.results); err != nil {
+	now := s.clock()
+	if s.fromCache(w, now) {
+		s.observer.CacheHit()
+		return s.respond(d, w), domain, nil
+	}
+	if err := s.apply(ctx, now, w); err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, domain, ctx.Err()
 		}
 		s.errLog.do(func(suppressed int) {
-			s.log.Error("rate-limit store failed", "err", err, "domain", req.GetDomain(), "suppressed", suppressed)
+			s.log.Error("rate-limit store failed", "err", err, "domain", domain, "failure_mode", s.failureMode.String(), "suppressed", suppressed)
 		})
-		return nil, &storeError{err: err}
+		if s.failureMode == FailUnavailable {
+			return nil, domain, &storeError{err: err}
+		}
+		s.observer.FailureAnswer(s.failureMode)
+		return failureResponse(s.failureMode, w), domain, nil
 	}
-	return s.respond(domain, w), nil
+	s.remember(w, now)
+	return s.respond(d, w), domain, nil
+}
+
+// apply asks the store, within the store timeout.
+func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
+	if s.storeTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.storeTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	err := s.store.Apply(ctx, now, w.buckets, w.results)
+	s.observer.Store(time.Since(start), err)
+	return err
+}
+
+// fromCache rejects the request if the over-limit cache knows one of its
+// buckets lacks room for its hits. The buckets it knows are answered from
+// it; the others are marked skipped.
+func (s *Service) fromCache(w *work, now time.Time) bool {
+	if s.cache == nil {
+		return false
+	}
+	hit := false
+	for i, b := range w.buckets {
+		w.skipped[i] = true
+		if b.Shadow || b.Hits <= 0 {
+			continue
+		}
+		if e, ok := s.cache.get(b.Key, b.Hits, now); ok {
+			hit, w.skipped[i] = true, false
+			w.results[i] = leaky.Result{Reset: e.reset.Sub(now), Clear: max(0, e.clear.Sub(now))}
+		}
+	}
+	if !hit {
+		clear(w.skipped)
+	}
+	return hit
+}
+
+// remember caches the buckets the store found over their limit, from now,
+// read before the store was asked, and forgets the buckets given hits back.
+func (s *Service) remember(w *work, now time.Time) {
+	if s.cache == nil {
+		return
+	}
+	for i, b := range w.buckets {
+		r := &w.results[i]
+		switch {
+		case b.Hits < 0:
+			s.cache.remove(b.Key)
+		case !r.Admitted && !b.Shadow && b.Hits > 0 && r.Reset > 0:
+			s.cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
+		}
+	}
 }
 
 // addBucket returns the index of the level's bucket in w.buckets, adding
 // it, or adding the hits to it when another descriptor of the request
 // already uses it, so a bucket is charged once with all its hits.
-func (w *work) addBucket(l descriptors.Level, hits int64) int {
+func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
 	for i := range w.buckets {
 		if w.buckets[i].Key == l.Key {
 			w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
 			return i
 		}
 	}
-	w.buckets = append(w.buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow})
+	w.buckets = append(w.buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
 	return len(w.buckets) - 1
 }
 

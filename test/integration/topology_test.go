@@ -2,16 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +12,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+	"github.com/envoy-rls/envoy-rls/test/testpki"
 )
 
 // limitsApply checks through a replica that buckets are kept: a bucket of
@@ -59,18 +50,18 @@ func TestRedisAuthFromURL(t *testing.T) {
 }
 
 func TestRedisTLS(t *testing.T) {
-	pki := newPKI(t)
-	srv := redistest.StartTLS(t, pki.serverCert, pki.serverKey, pki.caCert, "yes")
+	pki := testpki.New(t)
+	srv := redistest.StartTLS(t, pki.ServerCert, pki.ServerKey, pki.CACert, "yes")
 	mtls := startReplicas(t, 1, replicaOptions{client: redis.ClientOptions{
-		URL: srv.URL(), CAFile: pki.caCert, CertFile: pki.clientCert, KeyFile: pki.clientKey,
+		URL: srv.URL(), CAFile: pki.CACert, CertFile: pki.ClientCert, KeyFile: pki.ClientKey,
 	}})[0]
 	limitsApply(t, mtls, "tls")
 	// The server wants a client certificate.
-	noCert := startReplicas(t, 1, replicaOptions{client: redis.ClientOptions{URL: srv.URL(), CAFile: pki.caCert}})[0]
+	noCert := startReplicas(t, 1, replicaOptions{client: redis.ClientOptions{URL: srv.URL(), CAFile: pki.CACert}})[0]
 	unavailable(t, noCert)
 	// A client that does not trust the server's CA refuses it.
 	untrusted := startReplicas(t, 1, replicaOptions{client: redis.ClientOptions{
-		URL: srv.URL(), CertFile: pki.clientCert, KeyFile: pki.clientKey,
+		URL: srv.URL(), CertFile: pki.ClientCert, KeyFile: pki.ClientKey,
 	}})[0]
 	unavailable(t, untrusted)
 }
@@ -86,73 +77,4 @@ func TestRedisSentinel(t *testing.T) {
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("the master holds %v (%v), want the one bucket written through Sentinel", keys, err)
 	}
-}
-
-// pki is a throwaway CA with a server certificate for 127.0.0.1 and a
-// client certificate, as PEM files.
-type pki struct {
-	caCert, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T) pki {
-	t.Helper()
-	dir := t.TempDir()
-	caKey := newKey(t)
-	caTemplate := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	p := pki{caCert: writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)}
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "EC PRIVATE KEY", keyDER)
-	}
-	p.serverCert, p.serverKey = issue("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = issue("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t *testing.T, dir, name, kind string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/fallback"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/metrics"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// store is what serve needs of a store.
+type store interface {
+	rls.Store
+	// Check reports whether the store answers.
+	Check(ctx context.Context) error
+	Close() error
+}
+
+func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error) {
+	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets}
+	if s.store == "memory" {
+		st, err := memory.New(memOpts)
+		if err == nil {
+			m.WatchBuckets(st.Len)
+		}
+		return st, err
+	}
+	goredis.SetLogger(redisLog{log})
+	mode, err := redis.ParseMode(s.redisMode)
+	if err != nil {
+		return nil, err
+	}
+	st, err := redis.New(redis.Options{Mode: mode, Logger: log, Connect: &redis.ClientOptions{
+		URL:              s.redisURL,
+		Cluster:          s.redisCluster,
+		SentinelMaster:   s.sentinelMaster,
+		SentinelAddrs:    splitList(s.sentinelAddrs),
+		SentinelPassword: s.sentinelPassword,
+		CAFile:           s.redisTLSCA,
+		CertFile:         s.redisTLSCert,
+		KeyFile:          s.redisTLSKey,
+		PoolSize:         s.redisPoolSize,
+		DialTimeout:      s.redisDialTimeout,
+		ReadTimeout:      s.redisReadTimeout,
+		WriteTimeout:     s.redisWriteTimeout,
+	}})
+	if err != nil || s.failureMode != "local" {
+		return st, err
+	}
+	fb := fallback.New(st, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
+	m.WatchBuckets(fb.Len)
+	return fb, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// redisLog sends go-redis's own messages (a connection pool that cannot
+// dial, say) to the debug log: the service reports store failures itself.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Debug("redis: " + fmt.Sprintf(format, v...))
+}

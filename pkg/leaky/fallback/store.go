@@ -1,0 +1,148 @@
+// Package fallback keeps the service deciding while its shared store (Redis)
+// fails: requests are decided on an in-process memory store until the
+// shared store answers again.
+//
+// While it falls back, each replica limits on its own: with N replicas, up
+// to N times a limit passes. Buckets charged locally are not carried over
+// to Redis when it is back, and each outage starts with empty local buckets.
+package fallback
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+)
+
+// Primary is the shared store.
+type Primary interface {
+	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	Check(ctx context.Context) error
+	Close() error
+}
+
+// Options configure a Store.
+type Options struct {
+	// Local configures the memory store used while Primary fails.
+	Local memory.Options
+	// Timeout caps every Primary call, so that a slow Primary leaves time to
+	// decide locally within the call's deadline; 0 for no cap.
+	Timeout time.Duration
+	// OnSwitch, if set, is told of every switch: toLocal true when requests
+	// go to the local store, false when they go back to Primary.
+	OnSwitch func(toLocal bool)
+	// Logger receives every switch; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store decides on Primary, or on a local memory store while Primary fails.
+// It is safe for concurrent use.
+type Store struct {
+	primary Primary
+	opts    Options
+	mu      sync.Mutex                   // serializes switches
+	local   atomic.Pointer[memory.Store] // set while Primary fails
+}
+
+// New returns a Store in front of primary.
+func New(primary Primary, opts Options) *Store {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Store{primary: primary, opts: opts}
+}
+
+// Apply decides on Primary; when Primary fails (not when the call itself
+// has ended), it switches to the local store and decides there.
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+	if l := s.local.Load(); l != nil {
+		return l.Apply(ctx, now, buckets, results)
+	}
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if s.opts.Timeout > 0 {
+		pctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+	}
+	err := s.primary.Apply(pctx, now, buckets, results)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	l, serr := s.toLocal(err)
+	if serr != nil {
+		return errors.Join(err, serr)
+	}
+	return l.Apply(ctx, now, buckets, results)
+}
+
+// Check asks Primary whether it answers, and switches accordingly. It
+// returns nil: the service answers either way.
+func (s *Store) Check(ctx context.Context) error {
+	err := s.primary.Check(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case err == nil && s.local.Load() != nil:
+		s.toPrimary()
+	case err != nil && s.local.Load() == nil:
+		if _, serr := s.toLocal(err); serr != nil {
+			return serr
+		}
+	}
+	return nil
+}
+
+// Local reports whether requests are decided locally.
+func (s *Store) Local() bool { return s.local.Load() != nil }
+
+func (s *Store) toLocal(cause error) (*memory.Store, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.local.Load(); l != nil {
+		return l, nil
+	}
+	l, err := memory.New(s.opts.Local)
+	if err != nil {
+		return nil, err
+	}
+	s.local.Store(l)
+	s.opts.Logger.Warn("the shared store fails: deciding on this replica's memory store until it answers", "err", cause)
+	if s.opts.OnSwitch != nil {
+		s.opts.OnSwitch(true)
+	}
+	return l, nil
+}
+
+func (s *Store) toPrimary() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.local.Swap(nil)
+	if l == nil {
+		return
+	}
+	s.opts.Logger.Warn("the shared store answers again: deciding on it")
+	if s.opts.OnSwitch != nil {
+		s.opts.OnSwitch(false)
+	}
+	// Calls still on the local store finish before it closes.
+	time.AfterFunc(time.Second, func() { l.Close() })
+}
+
+// Close closes Primary and the local store.
+func (s *Store) Close() error {
+	if l := s.local.Swap(nil); l != nil {
+		l.Close()
+	}
+	return s.primary.Close()
+}
+
+// Len returns the buckets of the local store, 0 when not in use.
+func (s *Store) Len() int {
+	if l := s.local.Load(); l != nil {
+		return l.Len()
+	}
+	return 0
+}

@@ -1,0 +1,189 @@
+// Package metrics exports the service's Prometheus metrics: calls,
+// decisions per limit, the store's latency and errors, the local caches,
+// config reloads and the memory store's size.
+//
+// Limits are labelled by their name or their path in the config, never by
+// the values of a request (unless the config asks for them with
+// detailed_metric or value_to_metric), so the number of series stays
+// bounded by the config.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// DefaultNearLimitRatio is the share of a bucket past which an admitted
+// request counts as near the limit, as in envoyproxy/ratelimit.
+const DefaultNearLimitRatio = 0.8
+
+// unknownDomain labels calls for domains the config does not have: the
+// request's own domain would let clients create series at will.
+const unknownDomain = "(unknown)"
+
+// Metrics holds the collectors. It implements rls.Observer.
+type Metrics struct {
+	registry  *prometheus.Registry
+	nearRatio float64
+
+	calls          *prometheus.CounterVec
+	decisions      *prometheus.CounterVec
+	storeDuration  prometheus.Histogram
+	storeErrors    prometheus.Counter
+	cacheHits      prometheus.Counter
+	failureAnswers *prometheus.CounterVec
+	reloads        *prometheus.CounterVec
+	lastReload     prometheus.Gauge
+	fallback       prometheus.Gauge
+	switches       *prometheus.CounterVec
+}
+
+// New returns the metrics, registered in a registry of their own with the
+// Go runtime and process collectors. nearLimitRatio in (0, 1], or 0 for
+// DefaultNearLimitRatio.
+func New(nearLimitRatio float64) *Metrics {
+	if nearLimitRatio <= 0 || nearLimitRatio > 1 {
+		nearLimitRatio = DefaultNearLimitRatio
+	}
+	m := &Metrics{
+		registry:  prometheus.NewRegistry(),
+		nearRatio: nearLimitRatio,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_calls_total",
+			Help: "ShouldRateLimit calls, by domain (\"(unknown)\" for domains not in the config) and outcome: OK, OVER_LIMIT or a gRPC error code.",
+		}, []string{"domain", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_limit_decisions_total",
+			Help: "Decisions per limit (its name, or path in the config): admitted, over_limit, shadow_would_block (a shadow limit that had no room), near_limit (admitted past the near-limit ratio; also counted as admitted).",
+		}, []string{"domain", "limit", "decision"}),
+		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "envoy_rls_store_duration_seconds",
+			Help:    "Time the bucket store took to decide a request.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "envoy_rls_store_errors_total",
+			Help: "Requests the bucket store failed to decide (Redis down, a timeout).",
+		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "envoy_rls_local_cache_hits_total",
+			Help: "Calls rejected from the local over-limit cache, without asking the store.",
+		}),
+		failureAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_failure_mode_answers_total",
+			Help: "Calls answered by the failure mode (allow or deny) because the store failed.",
+		}, []string{"mode"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_config_reloads_total",
+			Help: "Config reloads, by result: success, or failure (the previous config stays in force).",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "envoy_rls_config_last_success_timestamp_seconds",
+			Help: "When the config in force was loaded, in Unix seconds.",
+		}),
+		fallback: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "envoy_rls_store_fallback",
+			Help: "1 while requests are decided on the local memory store because Redis fails (failure mode local), else 0.",
+		}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_store_switches_total",
+			Help: "Switches between Redis and the local memory store (failure mode local), by the store switched to.",
+		}, []string{"to"}),
+	}
+	m.registry.MustRegister(m.calls, m.decisions, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
+		m.reloads, m.lastReload, m.fallback, m.switches,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, result := range []string{"success", "failure"} {
+		m.reloads.WithLabelValues(result) // exported at 0 before the first reload
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+}
+
+// Registry returns the registry, to add collectors to.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// WatchBuckets exports the number of buckets of the memory store, read
+// with count when scraped.
+func (m *Metrics) WatchBuckets(count func() int) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "envoy_rls_memory_buckets",
+		Help: "Buckets held by the in-memory store (expired ones not yet swept included).",
+	}, func() float64 { return float64(count()) }))
+}
+
+// Call implements rls.Observer.
+func (m *Metrics) Call(domain, outcome string) {
+	if domain == "" {
+		domain = unknownDomain
+	}
+	m.calls.WithLabelValues(domain, outcome).Inc()
+}
+
+// Limit implements rls.Observer.
+func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, r *leaky.Result, shadow bool) {
+	label := rule.MetricLabel(key)
+	switch {
+	case r.Admitted:
+		m.decisions.WithLabelValues(domain, label, "admitted").Inc()
+		if size := rule.Limit.Size; size > 0 && float64(size-r.Remaining) > m.nearRatio*float64(size) {
+			m.decisions.WithLabelValues(domain, label, "near_limit").Inc()
+		}
+	case shadow:
+		m.decisions.WithLabelValues(domain, label, "shadow_would_block").Inc()
+	default:
+		m.decisions.WithLabelValues(domain, label, "over_limit").Inc()
+	}
+}
+
+// Store implements rls.Observer.
+func (m *Metrics) Store(took time.Duration, err error) {
+	m.storeDuration.Observe(took.Seconds())
+	if err != nil {
+		m.storeErrors.Inc()
+	}
+}
+
+// CacheHit implements rls.Observer.
+func (m *Metrics) CacheHit() { m.cacheHits.Inc() }
+
+// FailureAnswer implements rls.Observer.
+func (m *Metrics) FailureAnswer(mode rls.FailureMode) { m.failureAnswers.WithLabelValues(mode.String()).Inc() }
+
+// ConfigReload counts a reload, and the time of a successful one.
+func (m *Metrics) ConfigReload(ok bool) {
+	if !ok {
+		m.reloads.WithLabelValues("failure").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("success").Inc()
+	m.lastReload.SetToCurrentTime()
+}
+
+// ConfigLoaded records the time of the config loaded at start.
+func (m *Metrics) ConfigLoaded() { m.lastReload.SetToCurrentTime() }
+
+// StoreSwitch records a switch between Redis and the local fallback store.
+func (m *Metrics) StoreSwitch(toFallback bool) {
+	if toFallback {
+		m.fallback.Set(1)
+		m.switches.WithLabelValues("local").Inc()
+		return
+	}
+	m.fallback.Set(0)
+	m.switches.WithLabelValues("redis").Inc()
+}
+
+var _ rls.Observer = (*Metrics)(nil)

@@ -1,0 +1,37 @@
+package rls
+
+import (
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// Observer receives what the service's metrics count. Its methods are
+// called on the request path: they must be quick and safe for concurrent
+// use. A nil Observer in Options observes nothing.
+type Observer interface {
+	// Call is one call and its outcome: "OK", "OVER_LIMIT", or the gRPC
+	// code of an error, such as "InvalidArgument" or "Unavailable". domain
+	// is the request's domain if the config has it, else "".
+	Call(domain, outcome string)
+	// Limit is one level of a decided descriptor: its rule, its bucket key
+	// and the bucket's result. shadow says the level could not reject.
+	Limit(domain string, rule *descriptors.Rule, key string, r *leaky.Result, shadow bool)
+	// Store is one call of the store: how long it took, and its error.
+	Store(took time.Duration, err error)
+	// CacheHit is a call rejected from the local over-limit cache, without
+	// asking the store.
+	CacheHit()
+	// FailureAnswer is a call answered by the failure mode (FailAllow or
+	// FailDeny) because the store failed.
+	FailureAnswer(mode FailureMode)
+}
+
+type noObserver struct{}
+
+func (noObserver) Call(string, string)                                          {}
+func (noObserver) Limit(string, *descriptors.Rule, string, *leaky.Result, bool) {}
+func (noObserver) Store(time.Duration, error)                                   {}
+func (noObserver) CacheHit()                                                    {}
+func (noObserver) FailureAnswer(FailureMode)                                    {}
