@@ -27,9 +27,9 @@ var (
 
 // ignored explains, per accepted field that has no effect, why.
 var ignored = map[string]string{
-	"quota_mode":      "is accepted for compatibility with envoyproxy/ratelimit and has no effect: quota mode is not supported",
-	"metadata":        "is accepted for compatibility with envoyproxy/ratelimit and has no effect: descriptor metadata is not sent",
-	"replaces":        "is accepted for compatibility with envoyproxy/ratelimit and has no effect: every matched limit applies",
+	"quota_mode": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: quota mode is not supported",
+	"metadata":   "is accepted for compatibility with envoyproxy/ratelimit and has no effect: descriptor metadata is not sent",
+	"replaces":   "is accepted for compatibility with envoyproxy/ratelimit and has no effect: every matched limit applies",
 }
 
 // rawDomain is one file's domain as written, checked field by field.

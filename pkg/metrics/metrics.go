@@ -160,7 +160,9 @@ func (m *Metrics) Store(took time.Duration, err error) {
 func (m *Metrics) CacheHit() { m.cacheHits.Inc() }
 
 // FailureAnswer implements rls.Observer.
-func (m *Metrics) FailureAnswer(mode rls.FailureMode) { m.failureAnswers.WithLabelValues(mode.String()).Inc() }
+func (m *Metrics) FailureAnswer(mode rls.FailureMode) {
+	m.failureAnswers.WithLabelValues(mode.String()).Inc()
+}
 
 // ConfigReload counts a reload, and the time of a successful one.
 func (m *Metrics) ConfigReload(ok bool) {
