@@ -99,7 +99,8 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	go func() { failed <- grpcServer.Serve(grpcLis) }()
 	go func() { failed <- httpServer.Serve(httpLis) }()
 	watching := make(chan struct{})
-	go func() { defer close(watching); rls.WatchStore(ctx, st, hs, log) }()
+	answersAnyway := s.failureMode == "allow" || s.failureMode == "deny"
+	go func() { defer close(watching); rls.WatchStore(ctx, st, hs, log, answersAnyway) }()
 	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"tls", s.grpcTLSCert != "", "store", s.store, "failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()))

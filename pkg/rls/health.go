@@ -23,8 +23,9 @@ const (
 // WatchStore keeps the health status hs in step with the store until ctx
 // ends: SERVING while the store answers, NOT_SERVING while it does not (a
 // Redis that is down or not up yet), so that load balancers send calls
-// elsewhere. It logs every change.
-func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog.Logger) {
+// elsewhere; unless serveWhileDown, for a service whose failure mode still
+// answers. It logs every change.
+func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog.Logger, serveWhileDown bool) {
 	answering, known := false, false
 	for {
 		checkCtx, cancel := context.WithTimeout(ctx, checkWhileServing)
@@ -35,10 +36,13 @@ func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog
 		}
 		if ok := err == nil; ok != answering || !known {
 			answering, known = ok, true
-			SetServing(hs, ok)
-			if ok {
+			SetServing(hs, ok || serveWhileDown)
+			switch {
+			case ok:
 				log.Info("the store answers: serving")
-			} else {
+			case serveWhileDown:
+				log.Error("the store does not answer: the failure mode answers", "err", err)
+			default:
 				log.Error("the store does not answer: not serving", "err", err)
 			}
 		}

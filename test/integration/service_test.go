@@ -290,7 +290,7 @@ func TestRedisOutage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	hs := health.NewServer()
-	go rls.WatchStore(ctx, r.store, hs, slog.New(slog.DiscardHandler))
+	go rls.WatchStore(ctx, r.store, hs, slog.New(slog.DiscardHandler), false)
 
 	srv.Stop()
 	const deadline = 100 * time.Millisecond

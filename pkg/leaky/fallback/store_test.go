@@ -1,0 +1,108 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// primary is a shared store that fails while down is set.
+type primary struct {
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+var errDown = errors.New("connection refused")
+
+func (p *primary) Apply(ctx context.Context, _ time.Time, _ []leaky.Bucket, results []leaky.Result) error {
+	p.calls.Add(1)
+	if p.down.Load() {
+		return errDown
+	}
+	for i := range results {
+		results[i] = leaky.Result{Admitted: true, Remaining: 42}
+	}
+	return nil
+}
+
+func (p *primary) Check(context.Context) error {
+	if p.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (p *primary) Close() error { return nil }
+
+func TestSwitching(t *testing.T) {
+	p := &primary{}
+	var switches []bool
+	s := New(p, Options{Logger: slog.New(slog.DiscardHandler), OnSwitch: func(local bool) { switches = append(switches, local) }})
+	defer s.Close()
+	ctx := context.Background()
+	l := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	apply := func() leaky.Result {
+		t.Helper()
+		r := make([]leaky.Result, 1)
+		if err := s.Apply(ctx, time.Now(), []leaky.Bucket{{Key: "k", Limit: l, Hits: 1}}, r); err != nil {
+			t.Fatal(err)
+		}
+		return r[0]
+	}
+	if r := apply(); r.Remaining != 42 {
+		t.Fatalf("with the primary up: %+v", r)
+	}
+	p.down.Store(true)
+	// The failing call is decided locally, and so are the next ones,
+	// without asking the primary.
+	if r := apply(); !r.Admitted || r.Remaining != 0 {
+		t.Fatalf("first local call: %+v", r)
+	}
+	calls := p.calls.Load()
+	if r := apply(); r.Admitted {
+		t.Fatalf("second local call on a bucket of 1: %+v", r)
+	}
+	if p.calls.Load() != calls || !s.Local() {
+		t.Fatal("the primary was asked while falling back")
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatalf("Check while falling back: %v, want nil: the service answers", err)
+	}
+	p.down.Store(false)
+	s.Check(ctx)
+	if s.Local() {
+		t.Fatal("still local after the primary answered a check")
+	}
+	if r := apply(); r.Remaining != 42 {
+		t.Fatalf("back on the primary: %+v", r)
+	}
+	if len(switches) != 2 || !switches[0] || switches[1] {
+		t.Fatalf("switches reported: %v", switches)
+	}
+	// A failed check switches before any call fails.
+	p.down.Store(true)
+	s.Check(ctx)
+	if !s.Local() {
+		t.Fatal("a failed check did not switch to local")
+	}
+}
+
+func TestEndedCallDoesNotSwitch(t *testing.T) {
+	p := &primary{}
+	p.down.Store(true)
+	s := New(p, Options{Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := make([]leaky.Result, 1)
+	if err := s.Apply(ctx, time.Now(), []leaky.Bucket{{Key: "k", Limit: leaky.Limit{Size: 1, DripRate: time.Second, DripSize: 1}, Hits: 1}}, r); err == nil {
+		t.Fatal("a call that had ended was answered")
+	}
+	if s.Local() {
+		t.Fatal("a call that had ended switched the store to local")
+	}
+}
