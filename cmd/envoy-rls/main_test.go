@@ -91,7 +91,7 @@ func TestCheckConfigAcceptsEnvoyproxyRatelimitFiles(t *testing.T) {
 	if !strings.Contains(stdout.String(), "valid: 2 domain(s)") {
 		t.Fatalf("stdout: %s", stdout)
 	}
-	for _, field := range []string{"replaces", "quota_mode", "metadata"} {
+	for _, field := range []string{"quota_mode", "metadata"} {
 		if !strings.Contains(stderr.String(), "."+field+": is accepted for compatibility") {
 			t.Errorf("no warning about %s in:\n%s", field, stderr)
 		}

@@ -304,7 +304,7 @@ descriptors:
 	for _, w := range warnings {
 		got[w.Field[strings.LastIndex(w.Field, ".")+1:]] = true
 	}
-	for _, f := range []string{"replaces", "quota_mode", "metadata"} {
+	for _, f := range []string{"quota_mode", "metadata"} {
 		if !got[f] {
 			t.Errorf("no warning for %s in %v", f, warnings)
 		}

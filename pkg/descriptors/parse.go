@@ -18,7 +18,7 @@ import (
 // The fields each YAML mapping may have. The envoyproxy/ratelimit fields
 // this service does not act on are accepted with a warning.
 var (
-	fileFields       = []string{"domain", "descriptors"}
+	fileFields       = []string{"domain", "match", "descriptors"}
 	descriptorFields = []string{"key", "value", "name", "leaky_bucket", "rate_limit", "shadow_mode", "descriptors",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	leakyFields = []string{"size", "drip_rate", "drip_size"}
@@ -29,13 +29,13 @@ var (
 var ignored = map[string]string{
 	"quota_mode": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: quota mode is not supported",
 	"metadata":   "is accepted for compatibility with envoyproxy/ratelimit and has no effect: descriptor metadata is not sent",
-	"replaces":   "is accepted for compatibility with envoyproxy/ratelimit and has no effect: every matched limit applies",
 }
 
 // rawDomain is one file's domain as written, checked field by field.
 type rawDomain struct {
 	name        string
 	line        int
+	leaf        bool // match: leaf
 	descriptors []*rawNode
 }
 
@@ -50,6 +50,7 @@ type rawNode struct {
 	limit     *leaky.Limit
 	rate      *leaky.Rate // the limit as written in rate_limit form, if it was
 	unlimited bool
+	replaces  []string // names of the limits this one replaces
 
 	shadow         bool
 	shareThreshold bool
@@ -98,6 +99,17 @@ func parseFile(r *reader, data []byte) *rawDomain {
 			if d.name, ok = r.text(f.value, "domain"); ok && d.name == "" {
 				r.errorf(f.value, "domain", "must not be empty")
 			}
+		case "match":
+			var m string
+			if m, ok = r.text(f.value, "match"); ok {
+				switch m {
+				case "all":
+				case "leaf":
+					d.leaf = true
+				default:
+					r.errorf(f.value, "match", "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", m)
+				}
+			}
 		case "descriptors":
 			d.descriptors = r.descriptorList(f.value, "descriptors")
 		}
@@ -105,7 +117,33 @@ func parseFile(r *reader, data []byte) *rawDomain {
 	if !hasDomain {
 		r.errorf(root, "domain", "is required")
 	}
+	r.checkReplaces(d.descriptors)
 	return d
+}
+
+// checkReplaces warns of replaces that name no limit of the domain.
+func (r *reader) checkReplaces(top []*rawNode) {
+	names := map[string]bool{}
+	var all []*rawNode
+	var walk func([]*rawNode)
+	walk = func(nodes []*rawNode) {
+		for _, n := range nodes {
+			if n.name != "" && n.limit != nil {
+				names[n.name] = true
+			}
+			all = append(all, n)
+			walk(n.children)
+		}
+	}
+	walk(top)
+	for _, n := range all {
+		for _, name := range n.replaces {
+			if !names[name] {
+				r.warnings = append(r.warnings, Problem{File: r.file, Line: n.line, Field: join(n.path, "rate_limit.replaces"),
+					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", name)})
+			}
+		}
+	}
 }
 
 // yamlProblem turns a YAML syntax error into a Problem with its line: the
@@ -349,8 +387,7 @@ func (r *reader) rateLimit(n *yaml.Node, path string, d *rawNode) {
 				d.name = name
 			}
 		case "replaces":
-			ok = r.replaces(f.value, fp)
-			r.warnOnce(f.key, fp, f.name, ignored[f.name])
+			d.replaces, ok = r.replaces(f.value, fp)
 		}
 		valid = valid && ok
 	}
@@ -388,17 +425,27 @@ func parseUnit(s string) (leaky.Unit, bool) {
 	return u, err == nil
 }
 
-// replaces checks the shape of envoyproxy/ratelimit's replaces list.
-func (r *reader) replaces(n *yaml.Node, path string) bool {
+// replaces reads envoyproxy/ratelimit's replaces list: [{name: ...}].
+func (r *reader) replaces(n *yaml.Node, path string) ([]string, bool) {
 	items, ok := r.sequence(n, path)
+	var names []string
 	for i, item := range items {
 		fp := fmt.Sprintf("%s[%d]", path, i)
 		fields, mok := r.mapping(item, fp, []string{"name"})
 		ok = ok && mok
+		if mok && len(fields) == 0 {
+			r.errorf(item, join(fp, "name"), "is required")
+			ok = false
+		}
 		for _, f := range fields {
-			_, tok := r.text(f.value, join(fp, f.name))
+			name, tok := r.text(f.value, join(fp, f.name))
+			if tok && name == "" {
+				r.errorf(f.value, join(fp, f.name), "must not be empty")
+				tok = false
+			}
+			names = append(names, name)
 			ok = ok && tok
 		}
 	}
-	return ok
+	return names, ok
 }

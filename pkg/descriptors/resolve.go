@@ -20,7 +20,8 @@ type Level struct {
 
 // Resolve walks the tree along a request descriptor and appends to dst one
 // Level for every node on the walk that has a limit, from the shallowest to
-// the deepest. The walk follows the entries in order and stops at the first
+// the deepest; in a domain with match: leaf, only for the node that matched
+// the descriptor's last entry, as envoyproxy/ratelimit does. The walk follows the entries in order and stops at the first
 // one no node matches; at each level it takes the exact value, else the
 // wildcard with the most literal characters, else the node for any value.
 //
@@ -37,23 +38,35 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 	var nodeBuf [16]*node
 	nodes := nodeBuf[:0]
 	lv := d.root
+	unlimited := false
 	for _, e := range entries {
 		n := lv.match(e.Key, e.Value)
 		if n == nil {
 			break
 		}
-		if n.unlimited {
-			return dst
-		}
+		unlimited = unlimited || n.unlimited
 		nodes = append(nodes, n)
 		lv = n.children
+	}
+	// The nodes whose limits apply: every one on the walk, or in leaf mode
+	// only the node for the last entry, if the walk got that far.
+	first := 0
+	if d.leaf {
+		first = len(nodes)
+		if len(nodes) == len(entries) {
+			first = len(nodes) - 1
+			unlimited = nodes[first].unlimited
+		}
+	}
+	if unlimited {
+		return dst
 	}
 
 	// Which walked nodes give levels, and how many key parts to write. An
 	// override takes the place of the deepest level, or is the only one.
 	levels, parts, replaced := 0, 0, -1
-	for i, n := range nodes {
-		if n.rule != nil {
+	for i := first; i < len(nodes); i++ {
+		if nodes[i].rule != nil {
 			levels++
 			parts = i + 1
 		}
@@ -93,6 +106,7 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 
 	for i, n := range nodes[:min(parts, len(nodes))] {
 		switch {
+		case i < first:
 		case i == replaced:
 			dst = append(dst, Level{Key: key, Rule: override})
 		case n.rule != nil:

@@ -21,6 +21,9 @@ type Rule struct {
 	Rate leaky.Rate
 	// Shadow marks a limit that is reported but never rejects.
 	Shadow bool
+	// Replaces names the limits this one removes from a request that
+	// matches both (envoyproxy/ratelimit's replaces).
+	Replaces []string
 
 	label  string       // the metric label: Name, or Path
 	metric []metricPart // per level of Path, when some take the request's value
@@ -68,7 +71,18 @@ type Domain struct {
 	prefix string // the domain's key component
 	root   *level
 	rules  []*Rule // every rule of the tree, in file order
+	leaf   bool    // match: leaf
+	// replaces tells whether a rule has replaces: requests need the
+	// replacement pass only then.
+	replaces bool
 }
+
+// Leaf reports whether the domain applies only the deepest matching limit
+// (match: leaf) instead of every level on the path.
+func (d *Domain) Leaf() bool { return d.leaf }
+
+// HasReplaces reports whether some limit of the domain replaces others.
+func (d *Domain) HasReplaces() bool { return d.replaces }
 
 // Rules returns every limit of the domain in file order.
 func (d *Domain) Rules() []*Rule { return d.rules }
@@ -103,7 +117,7 @@ type node struct {
 
 // compile builds the tree of one parsed domain.
 func compile(file string, raw *rawDomain) *Domain {
-	d := &Domain{Name: raw.name, File: file, prefix: escape(raw.name)}
+	d := &Domain{Name: raw.name, File: file, prefix: escape(raw.name), leaf: raw.leaf}
 	d.root = d.level(raw.descriptors, parent{})
 	return d
 }
@@ -168,7 +182,8 @@ func (d *Domain) node(raw *rawNode, up parent) *node {
 		n.component = component(raw.key, raw.value)
 	}
 	if raw.limit != nil && !raw.unlimited {
-		r := &Rule{Name: raw.name, Path: path, Limit: *raw.limit, Shadow: raw.shadow, label: raw.name}
+		r := &Rule{Name: raw.name, Path: path, Limit: *raw.limit, Shadow: raw.shadow, Replaces: raw.replaces, label: raw.name}
+		d.replaces = d.replaces || len(raw.replaces) > 0
 		if r.label == "" {
 			r.label = path
 		}

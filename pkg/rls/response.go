@@ -38,8 +38,8 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 		var v verdict
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
 			b := w.bucketOf[j]
-			if w.skipped[b] {
-				continue // not decided: the request was rejected from the cache
+			if b < 0 || w.skipped[b] {
+				continue // replaced, or not decided: the cache rejected the request first
 			}
 			l, r := &w.levels[j], &w.results[b]
 			shadow := w.buckets[b].Shadow
@@ -76,7 +76,7 @@ func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
 	for i := range n {
 		var deepest *descriptors.Rule
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
-			if !w.buckets[w.bucketOf[j]].Shadow {
+			if b := w.bucketOf[j]; b >= 0 && !w.buckets[b].Shadow {
 				deepest = w.levels[j].Rule
 			}
 		}

@@ -215,13 +215,22 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 			override = overrideRule(o)
 		}
 		w.entries = entriesOf(desc, w.entries[:0])
-		first := len(w.levels)
 		w.levels = d.Resolve(w.entries, override, w.levels)
+		w.starts = append(w.starts, len(w.levels))
+	}
+	var replaced map[string]bool
+	if d.HasReplaces() {
+		replaced = replacedNames(w.levels)
+	}
+	for i, desc := range req.GetDescriptors() {
 		hits := hitsOf(req, desc)
-		for _, l := range w.levels[first:] {
+		for _, l := range w.levels[w.starts[i]:w.starts[i+1]] {
+			if replaced[l.Rule.Name] {
+				w.bucketOf = append(w.bucketOf, -1) // neither checked nor charged
+				continue
+			}
 			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits, s.shadow))
 		}
-		w.starts = append(w.starts, len(w.levels))
 	}
 	if len(w.buckets) == 0 {
 		return allOK(len(req.GetDescriptors())), domain, nil
@@ -305,6 +314,21 @@ func (s *Service) remember(w *work, now time.Time) {
 			s.cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
 		}
 	}
+}
+
+// replacedNames returns the names of the limits that limits of the request
+// replace (envoyproxy/ratelimit's replaces): those levels are dropped.
+func replacedNames(levels []descriptors.Level) map[string]bool {
+	var names map[string]bool
+	for _, l := range levels {
+		for _, name := range l.Rule.Replaces {
+			if names == nil {
+				names = map[string]bool{}
+			}
+			names[name] = true
+		}
+	}
+	return names
 }
 
 // addBucket returns the index of the level's bucket in w.buckets, adding
