@@ -65,12 +65,12 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisTLSCA, "redis-tls-ca", "", "PEM `file` of the CA that signs the Redis server's certificate (rediss://)")
 	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
 	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
-	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for 10 per CPU")
-	fs.DurationVar(&s.redisDialTimeout, "redis-dial-timeout", 5*time.Second, "time to open a Redis connection")
-	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 3*time.Second, "time to wait for a Redis reply (a call's own deadline applies too)")
-	fs.DurationVar(&s.redisWriteTimeout, "redis-write-timeout", 3*time.Second, "time to send a Redis command")
+	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
+	fs.DurationVar(&s.redisDialTimeout, "redis-dial-timeout", 0, "time to open a Redis connection; 0 for the URL's dial_timeout, or 5s")
+	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 0, "time to wait for a Redis reply (a call's own deadline applies too); 0 for the URL's read_timeout, or 3s")
+	fs.DurationVar(&s.redisWriteTimeout, "redis-write-timeout", 0, "time to send a Redis command; 0 for the URL's write_timeout, or the read timeout")
 	fs.IntVar(&s.memoryMaxBuckets, "memory-max-buckets", memory.DefaultMaxBuckets, "most buckets the memory store keeps; beyond, those nearest to empty are dropped")
-	fs.StringVar(&s.responseHeaders, "response-headers", "leaky", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After) or none")
+	fs.StringVar(&s.responseHeaders, "response-headers", "leaky", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers) or none")
 	fs.StringVar(&s.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
@@ -126,16 +126,16 @@ func (s *settings) check() error {
 		return fmt.Errorf("-config: must name a file or directory")
 	case s.store != "memory" && s.store != "redis":
 		return fmt.Errorf("-store: %q is not a store: want memory or redis", s.store)
-	case s.responseHeaders != "leaky" && s.responseHeaders != "none":
-		return fmt.Errorf("-response-headers: %q: want leaky or none", s.responseHeaders)
+	case !slices.Contains([]string{"leaky", "envoy", "none"}, s.responseHeaders):
+		return fmt.Errorf("-response-headers: %q: want leaky, envoy or none", s.responseHeaders)
 	case s.logFormat != "text" && s.logFormat != "json":
 		return fmt.Errorf("-log-format: %q: want text or json", s.logFormat)
 	case s.redisMode != "script" && s.redisMode != "transactions":
 		return fmt.Errorf("-redis-mode: %q: want script or transactions", s.redisMode)
 	case s.redisPoolSize < 0:
 		return fmt.Errorf("-redis-pool-size: must be 0 or more, got %d", s.redisPoolSize)
-	case s.redisDialTimeout <= 0 || s.redisReadTimeout <= 0 || s.redisWriteTimeout <= 0:
-		return fmt.Errorf("-redis-dial-timeout, -redis-read-timeout and -redis-write-timeout must be positive")
+	case s.redisDialTimeout < 0 || s.redisReadTimeout < 0 || s.redisWriteTimeout < 0:
+		return fmt.Errorf("-redis-dial-timeout, -redis-read-timeout and -redis-write-timeout must not be negative")
 	case s.memoryMaxBuckets < 1:
 		return fmt.Errorf("-memory-max-buckets: must be at least 1, got %d", s.memoryMaxBuckets)
 	case s.shutdownTimeout <= 0:

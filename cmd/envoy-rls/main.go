@@ -3,6 +3,7 @@
 //
 //	envoy-rls [serve] [flags]       run the service (serve is the default)
 //	envoy-rls check-config PATH     validate a config file or directory
+//	envoy-rls healthcheck           probe the local server's gRPC health
 //	envoy-rls version               print the version
 package main
 
@@ -47,6 +48,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return a.serve(ctx, args)
 	case "check-config":
 		return a.checkConfig(args)
+	case "healthcheck":
+		return a.healthcheck(args)
 	case "version":
 		fmt.Fprintln(a.stdout, "envoy-rls", version())
 		return exitOK
@@ -64,6 +67,7 @@ func (a *app) usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   envoy-rls [serve] [flags]       run the rate-limit service (serve is the default)
   envoy-rls check-config PATH     validate a config file or directory; exit 1 if invalid
+  envoy-rls healthcheck [flags]   ask the local server's gRPC health: exit 0 if SERVING, 1 if not
   envoy-rls version               print the version
 
 Flags of serve (each also read from RLS_<NAME>, e.g. RLS_GRPC_ADDR; a flag beats its variable):

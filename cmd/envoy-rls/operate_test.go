@@ -427,3 +427,28 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+func TestHealthcheck(t *testing.T) {
+	run := func(env map[string]string, args ...string) (int, string) {
+		a, stdout, stderr := testApp(env)
+		code := a.run(context.Background(), append([]string{"healthcheck"}, args...))
+		return code, stdout.String() + stderr.String()
+	}
+	s := startServe(t, "-config", "../../config")
+	if code, out := run(map[string]string{"RLS_GRPC_ADDR": s.grpcAddr}); code != exitOK || !strings.Contains(out, "SERVING") {
+		t.Fatalf("healthcheck of a serving server: exit %d, %s", code, out)
+	}
+	if code, out := run(nil, "-grpc-addr", "127.0.0.1:1", "-timeout", "200ms"); code != exitError {
+		t.Fatalf("healthcheck with nothing listening: exit %d, %s", code, out)
+	}
+
+	pki := testpki.New(t)
+	tlsServer := startServe(t, "-config", "../../config", "-grpc-tls-cert", pki.ServerCert, "-grpc-tls-key", pki.ServerKey, "-grpc-tls-client-ca", pki.CACert)
+	env := map[string]string{"RLS_GRPC_ADDR": tlsServer.grpcAddr, "RLS_GRPC_TLS_CERT": pki.ServerCert}
+	if code, out := run(env, "-tls-client-cert", pki.ClientCert, "-tls-client-key", pki.ClientKey); code != exitOK {
+		t.Fatalf("healthcheck over mutual TLS: exit %d, %s", code, out)
+	}
+	if code, _ := run(env, "-timeout", "500ms"); code != exitError {
+		t.Fatal("healthcheck without the client certificate the server requires passed")
+	}
+}

@@ -134,8 +134,11 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 		StoreTimeout: s.storeTimeout,
 		Shadow:       s.shadowMode,
 	}
-	if s.responseHeaders == "none" {
+	switch s.responseHeaders {
+	case "none":
 		o.Headers = rls.NoHeaders
+	case "envoy":
+		o.Headers = rls.EnvoyHeaders
 	}
 	switch s.failureMode {
 	case "allow":

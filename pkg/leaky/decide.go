@@ -54,7 +54,7 @@ func Decide(s State, l Limit, now time.Time, hits int64) Result {
 // step below has its line in the Redis script.
 func decide(s State, l Limit, now, hits int64) Result {
 	rate := int64(l.DripRate / time.Microsecond)
-	counter, ts := min(max(s.Counter, 0), maxValue), s.Timestamp
+	counter, ts := min(max(s.Counter, 0), maxValue), min(max(s.Timestamp, -maxValue), maxValue)
 	hits = min(max(hits, -maxValue), maxValue)
 	since := elapsed(ts, now)
 

@@ -58,8 +58,8 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if s.headers == LeakyHeaders && all.limited {
-		resp.ResponseHeadersToAdd = all.headers()
+	if s.headers != NoHeaders && all.limited {
+		resp.ResponseHeadersToAdd = all.headers(s.headers == LeakyHeaders)
 	}
 	return resp
 }
@@ -155,14 +155,19 @@ const (
 	headerRetryAfter = "Retry-After"
 )
 
-func (v *verdict) headers() []*corev3.HeaderValue {
-	h := make([]*corev3.HeaderValue, 2, 4)
-	h[0] = &corev3.HeaderValue{Key: headerRemaining, Value: strconv.FormatInt(v.remaining, 10)}
-	h[1] = &corev3.HeaderValue{Key: headerClear, Value: seconds(v.clear)}
+// headers returns the response headers; all of them, or only those that
+// Envoy's own X-RateLimit headers lack.
+func (v *verdict) headers(all bool) []*corev3.HeaderValue {
+	h := make([]*corev3.HeaderValue, 0, 4)
+	if all {
+		h = append(h, &corev3.HeaderValue{Key: headerRemaining, Value: strconv.FormatInt(v.remaining, 10)})
+	}
+	h = append(h, &corev3.HeaderValue{Key: headerClear, Value: seconds(v.clear)})
 	if v.over {
-		h = append(h,
-			&corev3.HeaderValue{Key: headerReset, Value: seconds(v.reset)},
-			&corev3.HeaderValue{Key: headerRetryAfter, Value: strconv.FormatInt(wholeSeconds(v.reset), 10)})
+		if all {
+			h = append(h, &corev3.HeaderValue{Key: headerReset, Value: seconds(v.reset)})
+		}
+		h = append(h, &corev3.HeaderValue{Key: headerRetryAfter, Value: strconv.FormatInt(wholeSeconds(v.reset), 10)})
 	}
 	return h
 }

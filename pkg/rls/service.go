@@ -33,9 +33,12 @@ const (
 	// LeakyHeaders adds X-RateLimit-Remaining and X-RateLimit-Clear, and on
 	// OVER_LIMIT X-RateLimit-Reset and Retry-After.
 	LeakyHeaders Headers = iota
-	// NoHeaders adds none, for when Envoy makes its own from the statuses
-	// (enable_x_ratelimit_headers).
+	// NoHeaders adds none.
 	NoHeaders
+	// EnvoyHeaders adds only what Envoy's enable_x_ratelimit_headers
+	// (DRAFT_VERSION_03) does not make from the statuses: X-RateLimit-Clear,
+	// and Retry-After on OVER_LIMIT.
+	EnvoyHeaders
 )
 
 // FailureMode says how the service answers while the store fails.

@@ -126,6 +126,14 @@ func TestNoHeaders(t *testing.T) {
 	})
 }
 
+func TestEnvoyHeaders(t *testing.T) {
+	svc, c := newService(t, Options{Headers: EnvoyHeaders})
+	runSteps(t, svc, c, []step{
+		{0, request("api", desc("user=a")), "OK [OK 1/SECOND left=9 reset=1s] X-RateLimit-Clear=1"},
+		{0, request("api", desc("client=abuser")), "OVER_LIMIT [OVER_LIMIT 0/SECOND left=0 reset=1s] X-RateLimit-Clear=0 Retry-After=1"},
+	})
+}
+
 func TestInvalidRequests(t *testing.T) {
 	unknownUnit := withLimit(desc("user=a"), 1, typev3.RateLimitUnit_UNKNOWN)
 	zeroMultiplier := withLimit(desc("user=a"), 1, typev3.RateLimitUnit_SECOND)

@@ -29,20 +29,29 @@ type ClientOptions struct {
 	// CAFile verifies the server's certificate (PEM); CertFile and KeyFile
 	// are a client certificate for mutual TLS. They need a rediss:// URL.
 	CAFile, CertFile, KeyFile string
-	// PoolSize is the number of connections per node; 0 for go-redis's
-	// default (10 per CPU).
+	// PoolSize is the number of connections per node; 0 for the URL's
+	// pool_size or go-redis's default (10 per CPU).
 	PoolSize int
 	// DialTimeout, ReadTimeout and WriteTimeout bound each connection,
-	// read and write; 0 for go-redis's defaults. A call's own deadline
-	// always applies too.
+	// read and write; 0 for the URL's dial_timeout, read_timeout and
+	// write_timeout, or go-redis's defaults (5s, 3s, 3s). A call's own
+	// deadline always applies too.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 }
 
+// or returns v, or else fallback when v is zero.
+func or[T comparable](v, fallback T) T {
+	var zero T
+	if v == zero {
+		return fallback
+	}
+	return v
+}
+
 // NewClient returns a client for o. It does not connect: the first command
-// does. A failed command is not retried, since a script whose reply was lost
-// may have charged its buckets already; a failed dial is not retried either,
-// so that a call fails fast while Redis is down. (In a Cluster, go-redis
-// still follows MOVED and ASK redirects.)
+// does. A failed dial is not retried, so that a call fails fast while Redis
+// is down. (Scripts are never retried either, see runScript; in a Cluster,
+// go-redis still follows MOVED and ASK redirects.)
 func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 	u, err := url.Parse(o.URL)
 	if err != nil {
@@ -76,8 +85,10 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		}
 		opts.ContextTimeoutEnabled = true
 		opts.DialerRetries = 1
-		opts.PoolSize = o.PoolSize
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
+		opts.PoolSize = or(o.PoolSize, opts.PoolSize)
+		opts.DialTimeout = or(o.DialTimeout, opts.DialTimeout)
+		opts.ReadTimeout = or(o.ReadTimeout, opts.ReadTimeout)
+		opts.WriteTimeout = or(o.WriteTimeout, opts.WriteTimeout)
 		return goredis.NewClusterClient(opts), nil
 	case o.SentinelMaster != "":
 		opts, err := goredis.ParseURL(o.URL)
@@ -96,13 +107,14 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			Password:              opts.Password,
 			DB:                    opts.DB,
 			TLSConfig:             tc,
+			ClientName:            opts.ClientName,
 			ContextTimeoutEnabled: true,
 			MaxRetries:            -1,
 			DialerRetries:         1,
-			PoolSize:              o.PoolSize,
-			DialTimeout:           o.DialTimeout,
-			ReadTimeout:           o.ReadTimeout,
-			WriteTimeout:          o.WriteTimeout,
+			PoolSize:              or(o.PoolSize, opts.PoolSize),
+			DialTimeout:           or(o.DialTimeout, opts.DialTimeout),
+			ReadTimeout:           or(o.ReadTimeout, opts.ReadTimeout),
+			WriteTimeout:          or(o.WriteTimeout, opts.WriteTimeout),
 		}), nil
 	default:
 		opts, err := goredis.ParseURL(o.URL)
@@ -115,8 +127,10 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		opts.ContextTimeoutEnabled = true
 		opts.MaxRetries = -1
 		opts.DialerRetries = 1
-		opts.PoolSize = o.PoolSize
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout
+		opts.PoolSize = or(o.PoolSize, opts.PoolSize)
+		opts.DialTimeout = or(o.DialTimeout, opts.DialTimeout)
+		opts.ReadTimeout = or(o.ReadTimeout, opts.ReadTimeout)
+		opts.WriteTimeout = or(o.WriteTimeout, opts.WriteTimeout)
 		return goredis.NewClient(opts), nil
 	}
 }

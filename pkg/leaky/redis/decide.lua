@@ -6,11 +6,14 @@
 --
 -- KEYS[i]  the bucket keys, all in one hash slot
 -- ARGV[1]  the time in Unix microseconds, or "" to read the server's TIME
--- ARGV[2+5*(i-1) ...] per bucket: size, drip rate (microseconds), drip size,
+-- ARGV[2]  "1" to also return each bucket as it was before being charged
+--          (dripped to now), so that the charge can be undone
+-- ARGV[3+5*(i-1) ...] per bucket: size, drip rate (microseconds), drip size,
 --          hits, shadow (1 or 0)
 -- A bucket is stored as the string "<counter> <timestamp>" with an expiry.
 -- Returns, per bucket: admitted (1/0), counter, timestamp, remaining,
--- clear, reset, ttl (times in microseconds).
+-- clear, reset, ttl (times in microseconds), and if asked the counter and
+-- timestamp before the charge; then the time decided at.
 
 local MAX = 9007199254740992 -- 2^53
 
@@ -60,6 +63,8 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
   if drip_size > 1099511627776 then drip_size = 1099511627776 end
   if counter < 0 then counter = 0 end
   if counter > MAX then counter = MAX end
+  if ts > MAX then ts = MAX end
+  if ts < -MAX then ts = -MAX end
   if hits > MAX then hits = MAX end
   if hits < -MAX then hits = -MAX end
   local since = elapsed(ts, now)
@@ -138,7 +143,7 @@ for i = 1, n do
     end
   end
   counters[i], stamps[i] = c, t
-  local a = 2 + 5 * (i - 1)
+  local a = 3 + 5 * (i - 1)
   results[i] = decide(c, t, tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), now)
   if results[i][1] == 0 and ARGV[a + 4] ~= '1' then
     allowed = false
@@ -147,8 +152,12 @@ end
 
 local out = {}
 for i = 1, n do
-  local a = 2 + 5 * (i - 1)
+  local a = 3 + 5 * (i - 1)
   local r = results[i]
+  local before = nil
+  if ARGV[2] == '1' then
+    before = decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
+  end
   if allowed then
     if r[7] > 0 then
       -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
@@ -163,5 +172,10 @@ for i = 1, n do
   for j = 1, 7 do
     out[#out + 1] = r[j]
   end
+  if before then
+    out[#out + 1] = before[2]
+    out[#out + 1] = before[3]
+  end
 end
+out[#out + 1] = now
 return out

@@ -140,6 +140,7 @@ func randomState(rng *rand.Rand, l leaky.Limit, now time.Time) leaky.State {
 	}
 	counter := pick(rng, 1, l.Size, l.Size+1, max(l.Size-1, 1), rng.Int64N(2*l.Size+2), leaky.MaxSize, 1<<53)
 	rate := l.DripRate.Microseconds()
-	offset := pick(rng, 0, -rng.Int64N(10*min(rate, 1<<40)+1), rng.Int64N(1e9), -(1 << 52), -now.UnixMicro(), 1<<40)
+	offset := pick(rng, 0, -rng.Int64N(10*min(rate, 1<<40)+1), rng.Int64N(1e9), -(1 << 52), -now.UnixMicro(), 1<<40,
+		1<<60, -(1 << 60), 1<<53-now.UnixMicro()+1) // beyond 2^53: clamped alike
 	return leaky.State{Counter: counter, Timestamp: now.UnixMicro() + offset}
 }

@@ -10,7 +10,14 @@
 //
 // A request whose buckets span several Cluster slots (several descriptors
 // with different first entries) is decided per slot, in parallel; if one
-// slot rejects, what the others charged is refunded.
+// slot rejects, what the others charged is undone: each bucket nobody has
+// touched since is put back exactly as it was, and the others lose what the
+// request added. Two windows remain. Between a slot's charge and its undo
+// (one round trip), another request can see its buckets fuller than they
+// will be and be rejected. And a call whose reply is lost (a timeout after
+// Redis ran it) may have charged without the store knowing: it is not
+// retried (that could charge twice), nor undone; its buckets stay charged
+// until they drain. The same holds for a single Redis.
 package redis
 
 import (
@@ -18,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +82,7 @@ type Options struct {
 type Store struct {
 	client      atomic.Pointer[goredis.UniversalClient]
 	connect     *ClientOptions // nil: the client is not replaced
+	closed      atomic.Bool
 	exec        executor
 	keyPrefix   string // the prefix, and the mode's own mark
 	cluster     bool
@@ -83,11 +90,23 @@ type Store struct {
 	log         *slog.Logger
 }
 
-// executor decides buckets whose keys share a slot, atomically, with the
-// all-or-nothing rule. now is Unix microseconds, or -1 for the server's
-// clock.
+// executor decides buckets whose keys share a slot. now is Unix
+// microseconds, or -1 for the server's clock; both methods return the time
+// they used.
 type executor interface {
-	run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error
+	// run decides the buckets atomically with the all-or-nothing rule. If
+	// before is not nil, it receives each bucket as it was before being
+	// charged (dripped to now), for undo.
+	run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error)
+	// undo takes back changes, atomically, and never rejects; it returns
+	// the buckets' states afterwards.
+	undo(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, changes []change) ([]leaky.State, int64, error)
+}
+
+// change is what a decision did to one bucket, for undo.
+type change struct {
+	before, after leaky.State
+	beforeTTL     time.Duration // how long the state before was to be kept
 }
 
 // New returns a store on opts.Client. It does not contact Redis: a Redis that
@@ -145,7 +164,8 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	}
 	c := *s.client.Load()
 	if !s.cluster || sameSlot(keys) {
-		return s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)])
+		_, err := s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)], nil)
+		return err
 	}
 	return s.applySlots(ctx, c, at, keys, buckets, results)
 }
@@ -160,137 +180,19 @@ func sameSlot(keys []string) bool {
 	return true
 }
 
-// part is the buckets of one slot, decided by one executor call.
-type part struct {
-	index   []int // positions in the request
-	keys    []string
-	buckets []leaky.Bucket
-	results []leaky.Result
-	err     error
-}
-
-func (p *part) add(i int, key string, b leaky.Bucket) {
-	p.index = append(p.index, i)
-	p.keys = append(p.keys, key)
-	p.buckets = append(p.buckets, b)
-}
-
-// admitted reports whether every bucket of the part not in shadow mode
-// admitted its hits: the part was charged.
-func (p *part) admitted() bool {
-	for i, r := range p.results {
-		if !r.Admitted && !p.buckets[i].Shadow {
-			return false
-		}
-	}
-	return true
-}
-
-// applySlots decides a request whose buckets span several slots: one call
-// per slot, in parallel. If any slot rejects or fails, the slots that
-// charged are refunded, so a rejected request still charges nothing.
-func (s *Store) applySlots(ctx context.Context, c goredis.UniversalClient, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
-	var parts []*part
-	slots := map[uint16]*part{}
-	for i, k := range keys {
-		sl := slot(k)
-		p := slots[sl]
-		if p == nil {
-			p = &part{}
-			slots[sl] = p
-			parts = append(parts, p)
-		}
-		p.add(i, k, buckets[i])
-	}
-	s.runParts(ctx, c, at, parts)
-
-	var failed error
-	admitted := true
-	for _, p := range parts {
-		if p.err != nil {
-			failed = errors.Join(failed, p.err)
-		} else if !p.admitted() {
-			admitted = false
-		}
-	}
-	if failed == nil && admitted {
-		scatter(parts, results)
-		return nil
-	}
-
-	// Refund every part that was charged.
-	var refunds []*part
-	for _, p := range parts {
-		if p.err == nil && p.admitted() {
-			if r := refund(p); r != nil {
-				refunds = append(refunds, r)
-			}
-		}
-	}
-	// The refund must happen even if the call has just ended, but not hang.
-	refundCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
-	defer cancel()
-	s.runParts(refundCtx, c, at, refunds)
-	scatter(parts, results)
-	for _, r := range refunds {
-		if r.err != nil {
-			s.log.Error("redis store: refunding a rejected request failed: its buckets stay charged until they drain",
-				"keys", r.keys, "err", r.err)
-			failed = errors.Join(failed, r.err)
-			continue
-		}
-		for j, i := range r.index {
-			r.results[j].Admitted = true // the bucket had room; the request was refused elsewhere
-			results[i] = r.results[j]
-		}
-	}
-	return failed
-}
-
-// refundTimeout bounds the refund of a request rejected in another slot.
-const refundTimeout = time.Second
-
-// refund returns the part that gives back what p charged, or nil.
-func refund(p *part) *part {
-	r := &part{}
-	for j, b := range p.buckets {
-		if p.results[j].Admitted && b.Hits != 0 {
-			b.Hits, b.Shadow = -b.Hits, false
-			r.add(p.index[j], p.keys[j], b)
-		}
-	}
-	if len(r.index) == 0 {
-		return nil
-	}
-	return r
-}
-
-func (s *Store) runParts(ctx context.Context, c goredis.UniversalClient, at int64, parts []*part) {
-	var wg sync.WaitGroup
-	for _, p := range parts {
-		p.results = make([]leaky.Result, len(p.buckets))
-		wg.Go(func() { p.err = s.exec.run(ctx, c, at, p.keys, p.buckets, p.results) })
-	}
-	wg.Wait()
-}
-
-// scatter copies the parts' results to their places in the request.
-func scatter(parts []*part, results []leaky.Result) {
-	for _, p := range parts {
-		if p.err != nil {
-			continue
-		}
-		for j, i := range p.index {
-			results[i] = p.results[j]
-		}
-	}
-}
-
 // Check pings Redis: nil when it answers. When the store's client fails
 // but a fresh client reaches Redis, the fresh one replaces it, so calls
 // succeed as soon as Redis is back.
 func (s *Store) Check(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	cur := s.client.Load()
+	if cc, ok := (*cur).(*goredis.ClusterClient); ok {
+		// Every master must answer. A Cluster client is not replaced: it
+		// manages its nodes' connections itself.
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return m.Ping(ctx).Err() })
+	}
 	err := (*cur).Ping(ctx).Err()
 	if err == nil || s.connect == nil || ctx.Err() != nil {
 		return err
@@ -299,7 +201,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if ferr != nil {
 		return err
 	}
-	if fresh.Ping(ctx).Err() != nil || !s.client.CompareAndSwap(cur, &fresh) {
+	if fresh.Ping(ctx).Err() != nil || s.closed.Load() || !s.client.CompareAndSwap(cur, &fresh) {
 		fresh.Close()
 		return err
 	}
@@ -313,8 +215,11 @@ func (s *Store) Check(ctx context.Context) error {
 // still use it.
 const retireDelay = 10 * time.Second
 
-// Close closes the Redis client.
+var errClosed = errors.New("redis store is closed")
+
+// Close closes the Redis client; Check fails afterwards.
 func (s *Store) Close() error {
+	s.closed.Store(true)
 	return (*s.client.Load()).Close()
 }
 

@@ -37,31 +37,110 @@ const (
 	timestampField = "t"
 )
 
-func (e txExec) run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
-	for attempt := 0; ; attempt++ {
-		err := c.Watch(ctx, func(tx *goredis.Tx) error {
-			return e.attempt(ctx, tx, now, keys, buckets, results)
-		}, keys...)
+// maxAttempts bounds the attempts of one transaction under contention.
+const maxAttempts = 100
+
+// watched runs attempt under WATCH of keys until it commits, trying again
+// when another client changed a key first.
+func watched(ctx context.Context, c goredis.UniversalClient, keys []string, attempt func(tx *goredis.Tx) error) error {
+	for n := 1; ; n++ {
+		err := c.Watch(ctx, attempt, keys...)
 		if !errors.Is(err, goredis.TxFailedErr) {
 			if err != nil {
 				return fmt.Errorf("redis transaction: %w", err)
 			}
 			return nil
 		}
-		// Another request changed a bucket first: decide again, after a
-		// short random pause so that contenders spread out.
-		pause := time.Duration(rand.Int64N(int64(min(attempt+1, 20)) * int64(50*time.Microsecond)))
+		if n == maxAttempts {
+			return fmt.Errorf("redis transaction: gave up after %d conflicting attempts", n)
+		}
+		// Another request changed a bucket first: a short random pause, so
+		// that contenders spread out, and again.
+		pause := time.Duration(rand.Int64N(int64(min(n, 20)) * int64(50*time.Microsecond)))
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redis transaction: gave up after %d conflicts: %w", attempt+1, ctx.Err())
+			return fmt.Errorf("redis transaction: gave up after %d conflicts: %w", n, ctx.Err())
 		case <-time.After(pause):
 		}
 	}
 }
 
-// attempt reads the buckets under WATCH, decides, and writes the changes in
-// MULTI/EXEC, which fails with TxFailedErr if a watched key changed.
-func (e txExec) attempt(ctx context.Context, tx *goredis.Tx, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (txExec) run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
+	var at int64
+	err := watched(ctx, c, keys, func(tx *goredis.Tx) error {
+		states, stored, t, err := readBuckets(ctx, tx, keys, now)
+		if err != nil {
+			return err
+		}
+		at = t
+		admitted := leaky.DecideAll(states, buckets, time.UnixMicro(at), results)
+		if before != nil {
+			for i, st := range states {
+				before[i] = leaky.Decide(st, buckets[i].Limit, time.UnixMicro(at), 0).State
+			}
+		}
+		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			if !admitted {
+				// Nothing to write, but EXEC still checks that the state read
+				// was current: a decision on a stale read is made again.
+				p.Ping(ctx)
+				return nil
+			}
+			for i, r := range results {
+				write(ctx, p, keys[i], states[i], stored[i], r.State, r.TTL)
+			}
+			return nil
+		})
+		return err
+	})
+	return at, err
+}
+
+func (txExec) undo(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
+	var (
+		at  int64
+		out = make([]leaky.State, len(changes))
+	)
+	err := watched(ctx, c, keys, func(tx *goredis.Tx) error {
+		states, stored, t, err := readBuckets(ctx, tx, keys, now)
+		if err != nil {
+			return err
+		}
+		at = t
+		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, ch := range changes {
+				out[i] = undone(states[i], stored[i], ch)
+				ttl := ch.beforeTTL
+				if stored[i] && states[i] != ch.after {
+					ttl = -1 // changed by others: keep the bucket's expiry
+				}
+				write(ctx, p, keys[i], states[i], stored[i], out[i], ttl)
+			}
+			return nil
+		})
+		return err
+	})
+	return out, at, err
+}
+
+// undone returns a bucket once a change is taken back: as it was before, if
+// nobody has changed it since; else less what the change added.
+func undone(cur leaky.State, stored bool, ch change) leaky.State {
+	if (stored && cur == ch.after) || (!stored && ch.after.Counter == 0) {
+		return ch.before
+	}
+	c := cur.Counter - (ch.after.Counter - ch.before.Counter)
+	switch {
+	case c <= 0:
+		return leaky.State{}
+	case !stored:
+		return leaky.State{Counter: c, Timestamp: ch.before.Timestamp}
+	}
+	return leaky.State{Counter: c, Timestamp: cur.Timestamp}
+}
+
+// readBuckets reads the server's time (unless now is given) and the buckets.
+func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) ([]leaky.State, []bool, int64, error) {
 	var timeCmd *goredis.TimeCmd
 	reads := make([]*goredis.SliceCmd, len(keys))
 	_, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
@@ -72,68 +151,60 @@ func (e txExec) attempt(ctx context.Context, tx *goredis.Tx, now int64, keys []s
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, nil, 0, err
 	}
 	if now < 0 {
 		t, err := timeCmd.Result()
 		if err != nil {
-			return err
+			return nil, nil, 0, err
 		}
 		now = t.UnixMicro()
 	}
-	states := make([]leaky.State, len(buckets))
-	stored := make([]bool, len(buckets))
-	for i, k := range keys {
-		if states[i], stored[i], err = readState(k, reads[i].Val()); err != nil {
-			return err
-		}
+	states := make([]leaky.State, len(keys))
+	stored := make([]bool, len(keys))
+	for i := range keys {
+		states[i], stored[i] = readState(reads[i].Val())
 	}
-
-	admitted := leaky.DecideAll(states, buckets, time.UnixMicro(now), results)
-	_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		if !admitted {
-			// Nothing to write, but EXEC still checks that the state read
-			// was current: a decision on a stale read is made again.
-			p.Ping(ctx)
-			return nil
-		}
-		for i, r := range results {
-			k := keys[i]
-			ttl := (r.TTL + time.Millisecond - 1).Truncate(time.Millisecond)
-			switch {
-			case r.TTL <= 0:
-				if stored[i] {
-					p.Del(ctx, k) // empty: nothing to keep
-				}
-				continue
-			case !stored[i]:
-				// The first request of an empty bucket sets both fields.
-				p.HSet(ctx, k, counterField, r.State.Counter, timestampField, r.State.Timestamp)
-			default:
-				if d := r.State.Counter - states[i].Counter; d != 0 {
-					p.HIncrBy(ctx, k, counterField, d)
-				}
-				if d := r.State.Timestamp - states[i].Timestamp; d != 0 {
-					p.HIncrBy(ctx, k, timestampField, d)
-				}
-			}
-			p.PExpire(ctx, k, ttl)
-		}
-		return nil
-	})
-	return err
+	return states, stored, now, nil
 }
 
-// readState reads a bucket's hash fields; stored is false when the bucket
-// does not exist (or holds only one field, half-written by hand).
-func readState(key string, vals []any) (s leaky.State, stored bool, err error) {
-	if len(vals) != 2 || vals[0] == nil || vals[1] == nil {
-		return leaky.State{}, false, nil
+// write queues the commands that take a bucket from old to s, to expire
+// after ttl (-1: keep its expiry).
+func write(ctx context.Context, p goredis.Pipeliner, key string, old leaky.State, stored bool, s leaky.State, ttl time.Duration) {
+	switch {
+	case s.Counter <= 0:
+		if stored {
+			p.Del(ctx, key) // empty: nothing to keep
+		}
+		return
+	case !stored:
+		// A new bucket (or an unreadable one): both fields at once.
+		p.HSet(ctx, key, counterField, s.Counter, timestampField, s.Timestamp)
+	default:
+		if d := s.Counter - old.Counter; d != 0 {
+			p.HIncrBy(ctx, key, counterField, d)
+		}
+		if d := s.Timestamp - old.Timestamp; d != 0 {
+			p.HIncrBy(ctx, key, timestampField, d)
+		}
 	}
-	c, cerr := strconv.ParseInt(fmt.Sprint(vals[0]), 10, 64)
-	t, terr := strconv.ParseInt(fmt.Sprint(vals[1]), 10, 64)
-	if cerr != nil || terr != nil {
-		return leaky.State{}, false, fmt.Errorf("bucket %s holds %v, not two numbers", key, vals)
+	if ttl >= 0 {
+		p.PExpire(ctx, key, time.Duration(ceilMillis(ttl))*time.Millisecond)
 	}
-	return leaky.State{Counter: c, Timestamp: t}, true, nil
+}
+
+// readState reads a bucket's hash fields. A bucket that does not exist, or
+// that does not hold two numbers, is empty, as in the script.
+func readState(vals []any) (leaky.State, bool) {
+	if len(vals) != 2 {
+		return leaky.State{}, false
+	}
+	cs, cok := vals[0].(string)
+	ts, tok := vals[1].(string)
+	c, cerr := strconv.ParseInt(cs, 10, 64)
+	t, terr := strconv.ParseInt(ts, 10, 64)
+	if !cok || !tok || cerr != nil || terr != nil || c < 0 {
+		return leaky.State{}, false
+	}
+	return leaky.State{Counter: c, Timestamp: t}, true
 }

@@ -1,0 +1,181 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+)
+
+// TestClusterMatchesMemory runs the same random requests, whose buckets
+// span several Cluster slots, through the Redis store on a Cluster and the
+// memory store: every result must be the same, rejected requests with
+// refunds and charges undone included.
+func TestClusterMatchesMemory(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	for _, mode := range []Mode{ScriptMode, TransactionsMode} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			store, err := New(Options{Connect: &ClientOptions{URL: cl.URL(), Cluster: true}, Mode: mode, CallerClock: true, Prefix: fmt.Sprintf("cm%d:", mode)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			model, err := memory.New(memory.Options{SweepInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer model.Close()
+
+			rng := rand.New(rand.NewPCG(3, 4))
+			type spec struct {
+				limit  leaky.Limit
+				shadow bool
+			}
+			keys := map[string]spec{}
+			var names []string
+			for _, user := range []string{"a", "b", "c", "d"} {
+				for _, action := range []string{"", "|x=1", "|x=2"} {
+					key := "api|u=" + user + action
+					keys[key] = spec{leaky.Limit{Size: int64(2 + rng.IntN(6)), DripRate: time.Duration(1+rng.IntN(5)) * 100 * time.Millisecond, DripSize: 1}, rng.IntN(6) == 0}
+					names = append(names, key)
+				}
+			}
+			now := time.UnixMicro(1_760_000_000_000_000)
+			slotsSeen := 0
+			for round := range 1500 {
+				now = now.Add(time.Duration(rng.IntN(150)) * time.Millisecond)
+				var buckets []leaky.Bucket
+				used := map[string]bool{}
+				for range 1 + rng.IntN(4) {
+					k := names[rng.IntN(len(names))]
+					if used[k] {
+						continue
+					}
+					used[k] = true
+					hits := []int64{1, 1, 1, 2, 0, -1, -3}[rng.IntN(7)]
+					buckets = append(buckets, leaky.Bucket{Key: k, Limit: keys[k].limit, Hits: hits, Shadow: keys[k].shadow})
+				}
+				if !sameSlot(redisKeys(store, buckets)) {
+					slotsSeen++
+				}
+				got := make([]leaky.Result, len(buckets))
+				want := make([]leaky.Result, len(buckets))
+				if err := store.Apply(ctx, now, buckets, got); err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if err := model.Apply(ctx, now, buckets, want); err != nil {
+					t.Fatal(err)
+				}
+				for i := range buckets {
+					if got[i] != want[i] {
+						t.Fatalf("round %d, bucket %s (hits %d) of %v:\nCluster %+v\nmemory  %+v", round, buckets[i].Key, buckets[i].Hits, describe(buckets), got[i], want[i])
+					}
+				}
+			}
+			if slotsSeen < 500 {
+				t.Fatalf("only %d requests spanned several slots", slotsSeen)
+			}
+		})
+	}
+}
+
+func redisKeys(s *Store, buckets []leaky.Bucket) []string {
+	keys := make([]string, len(buckets))
+	for i, b := range buckets {
+		keys[i] = redisKey(s.keyPrefix, b.Key)
+	}
+	return keys
+}
+
+func describe(buckets []leaky.Bucket) string {
+	var parts []string
+	for _, b := range buckets {
+		parts = append(parts, fmt.Sprintf("%s%+d", b.Key, b.Hits))
+	}
+	return strings.Join(parts, " ")
+}
+
+// TestClusterNeverRetriesScripts: a script whose reply does not come in
+// time is not sent again (it may have run), so one request of one hit
+// charges one hit at most.
+func TestClusterNeverRetriesScripts(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	s, err := New(Options{Connect: &ClientOptions{URL: cl.URL(), Cluster: true, ReadTimeout: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := leaky.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
+	b := []leaky.Bucket{{Key: "api|user=retry", Limit: l}}
+	res := make([]leaky.Result, 1)
+	if err := s.Apply(ctx, time.Now(), b, res); err != nil { // a peek: loads the script
+		t.Fatal(err)
+	}
+	// Idle connections to the node, for retries to go out on at once.
+	parallel(make([]int, 8), func(int) { s.Apply(ctx, time.Now(), b, make([]leaky.Result, 1)) })
+	key := redisKey(s.keyPrefix, b[0].Key)
+	node := masterOf(t, cl, key)
+	// Keep the node busy well past the read timeout.
+	const busy = "local i = 0 while i < tonumber(ARGV[1]) do i = i + 1 end return i"
+	start := time.Now()
+	node.Eval(ctx, busy, nil, 1_000_000)
+	loops := int64(float64(1_000_000) * float64(800*time.Millisecond) / float64(max(time.Since(start), time.Millisecond)))
+	go node.Eval(ctx, busy, nil, loops)
+	time.Sleep(50 * time.Millisecond)
+
+	b[0].Hits = 1
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := s.Apply(cctx, time.Now(), b, res); err == nil {
+		t.Skip("the busy script did not outlast the read timeout: nothing to show")
+	}
+	time.Sleep(1500 * time.Millisecond) // the busy script ends, then the queued EVALSHAs run
+	v, err := node.Get(ctx, key).Result()
+	if err != nil && err != goredis.Nil {
+		t.Fatal(err)
+	}
+	t.Logf("stored %q, loops %d", v, loops)
+	if !strings.HasPrefix(v, "1 ") && v != "" {
+		t.Fatalf("one request of one hit left %q: the script ran more than once", v)
+	}
+}
+
+// masterOf returns a client of the master that serves key.
+func masterOf(t *testing.T, cl *redistest.Cluster, key string) *goredis.Client {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range cl.Nodes {
+		c := n.Client(t)
+		if info, _ := c.Info(ctx, "replication").Result(); !strings.Contains(info, "role:master") {
+			continue
+		}
+		if err := c.Get(ctx, key).Err(); err == nil || err == goredis.Nil {
+			return c
+		}
+	}
+	t.Fatal("no master serves the key")
+	return nil
+}
+
+func TestCheckAfterClose(t *testing.T) {
+	s, err := New(Options{Connect: &ClientOptions{URL: "redis://127.0.0.1:1/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.Check(ctx); err != errClosed {
+		t.Fatalf("Check after Close: %v, want errClosed", err)
+	}
+}
