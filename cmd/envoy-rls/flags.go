@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 )
 
 // settings are the serve command's flags, after the environment.
@@ -31,6 +32,7 @@ type settings struct {
 	redisDialTimeout  time.Duration
 	redisReadTimeout  time.Duration
 	redisWriteTimeout time.Duration
+	redisKeyPrefix    string
 	memoryMaxBuckets  int
 	responseHeaders   string
 	logLevel          string
@@ -65,6 +67,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisTLSCA, "redis-tls-ca", "", "PEM `file` of the CA that signs the Redis server's certificate (rediss://)")
 	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
 	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
+	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
 	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
 	fs.DurationVar(&s.redisDialTimeout, "redis-dial-timeout", 0, "time to open a Redis connection; 0 for the URL's dial_timeout, or 5s")
 	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 0, "time to wait for a Redis reply (a call's own deadline applies too); 0 for the URL's read_timeout, or 3s")

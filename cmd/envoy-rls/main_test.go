@@ -116,7 +116,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"serve", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
 		{[]string{"-config", "testdata/bad/bad-unit.yaml"}, nil, exitError, `bad-unit.yaml:6: descriptors[0].rate_limit.unit: unknown unit`},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-url", "http://user:secret@localhost"}, nil, exitError,
-			"redis URL http://user:xxxxx@localhost: the scheme must be redis:// or rediss://"},
+			"redis URL http://user:xxxxx@localhost: the scheme must be redis://, rediss://"},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-tls-ca", "ca.pem"}, nil, exitError,
 			"TLS certificate files need a rediss:// URL"},
 		{[]string{"-redis-mode", "lua"}, nil, exitUsage, `-redis-mode: "lua": want script or transactions`},
@@ -225,5 +225,14 @@ func TestServe(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", grpcAddr.String(), time.Second); err == nil {
 		c.Close()
 		t.Fatal("the gRPC port still accepts connections after shutdown")
+	}
+}
+
+func TestCheckConfigAcceptsTheExamples(t *testing.T) {
+	for _, dir := range []string{"../../examples/envoy/envoy-rls", "testdata/envoyproxy"} {
+		a, _, stderr := testApp(nil)
+		if code := a.run(context.Background(), []string{"check-config", dir}); code != exitOK {
+			t.Errorf("check-config %s: exit %d:\n%s", dir, code, stderr)
+		}
 	}
 }

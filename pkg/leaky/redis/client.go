@@ -14,8 +14,8 @@ import (
 
 // ClientOptions say how to reach Redis.
 type ClientOptions struct {
-	// URL is a go-redis URL: redis://[user:password@]host:port/db, or
-	// rediss:// for TLS. For a Cluster, more nodes are given as addr=
+	// URL is a go-redis URL: redis://[user:password@]host:port/db,
+	// rediss:// for TLS, or unix:///path/to/redis.sock?db=0. For a Cluster, more nodes are given as addr=
 	// parameters; for Sentinel, it gives the master's credentials, database
 	// and TLS, and its host is not used.
 	URL string
@@ -57,8 +57,11 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 	if err != nil {
 		return nil, errors.New("redis URL: cannot parse it") // the error would print the password
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, fmt.Errorf("redis URL %s: the scheme must be redis:// or rediss:// (TLS)", u.Redacted())
+	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
+		return nil, fmt.Errorf("redis URL %s: the scheme must be redis://, rediss:// (TLS) or unix:// (a socket)", u.Redacted())
+	}
+	if u.Scheme == "unix" && (o.Cluster || o.SentinelMaster != "") {
+		return nil, fmt.Errorf("redis URL %s: a unix socket reaches one server, not a Cluster or Sentinel", u.Redacted())
 	}
 	tlsFiles := o.CAFile != "" || o.CertFile != "" || o.KeyFile != ""
 	if tlsFiles && u.Scheme != "rediss" {
