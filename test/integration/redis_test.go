@@ -195,7 +195,7 @@ func TestMemoryPerBucket(t *testing.T) {
 	}
 	perBucket := float64(total) / float64(len(keys))
 	t.Logf("MEMORY USAGE: %.1f bytes per bucket (keys like %q)", perBucket, keys[0])
-	if perBucket > 128 {
-		t.Fatalf("%.1f bytes per bucket, want at most 128", perBucket)
+	if perBucket > 100 {
+		t.Fatalf("%.1f bytes per bucket, want at most 100", perBucket)
 	}
 }

@@ -10,7 +10,7 @@
 --          (dripped to now), so that the charge can be undone
 -- ARGV[3+5*(i-1) ...] per bucket: size, drip rate (microseconds), drip size,
 --          hits, shadow (1 or 0)
--- A bucket is stored as the string "<counter> <timestamp>" with an expiry.
+-- A bucket is stored in 12 bytes with an expiry (layout in state.go).
 -- Returns, per bucket: admitted (1/0), counter, timestamp, remaining,
 -- clear, reset, ttl (times in microseconds), and if asked the counter and
 -- timestamp before the charge; then the time decided at.
@@ -133,15 +133,9 @@ local n = #KEYS
 local counters, stamps, stored, results = {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
-  local c, t = 0, 0
   local v = redis.call('GET', KEYS[i])
   stored[i] = v
-  if v then
-    local sc, st = string.match(v, '^(%d+) (%-?%d+)$')
-    if sc then
-      c, t = tonumber(sc), tonumber(st)
-    end
-  end
+  local c, t = load(v)
   counters[i], stamps[i] = c, t
   local a = 3 + 5 * (i - 1)
   results[i] = decide(c, t, tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), now)
@@ -161,7 +155,7 @@ for i = 1, n do
   if allowed then
     if r[7] > 0 then
       -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
-      redis.call('SET', KEYS[i], string.format('%d %d', r[2], r[3]), 'PX', math.ceil(r[7] / 1000))
+      store(KEYS[i], r[2], r[3], 'PX', math.ceil(r[7] / 1000))
     elseif stored[i] then
       redis.call('DEL', KEYS[i]) -- empty: nothing to keep
     end

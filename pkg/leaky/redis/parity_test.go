@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -60,9 +58,12 @@ func TestScriptMatchesDecide(t *testing.T) {
 			}
 			key := redisKey(s.keyPrefix, buckets[i].Key)
 			if states[i] != (leaky.State{}) {
-				if err := c.Set(ctx, key, fmt.Sprintf("%d %d", states[i].Counter, states[i].Timestamp), time.Hour).Err(); err != nil {
+				stored := encodeState(states[i])
+				if err := c.Set(ctx, key, stored, time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
+				// A stored counter is at most leaky.MaxSize.
+				states[i], _ = decodeState(stored)
 			}
 		}
 		want := make([]leaky.Result, n)
@@ -93,9 +94,10 @@ func checkStored(t *testing.T, c *goredis.Client, key string, before leaky.State
 	case err != nil:
 		t.Fatal(err)
 	default:
-		f := strings.Fields(v)
-		stored.Counter, _ = strconv.ParseInt(f[0], 10, 64)
-		stored.Timestamp, _ = strconv.ParseInt(f[1], 10, 64)
+		var ok bool
+		if stored, ok = decodeState(v); !ok {
+			t.Fatalf("%s holds %x, not a bucket", key, v)
+		}
 	}
 	want := before
 	if admitted {

@@ -18,9 +18,11 @@ var (
 	decideSource string
 	//go:embed undo.lua
 	undoSource string
+	//go:embed state.lua
+	stateSource string
 
-	decideScript = newScript(decideSource)
-	undoScript   = newScript(undoSource)
+	decideScript = newScript(stateSource + decideSource)
+	undoScript   = newScript(stateSource + undoSource)
 )
 
 // luaScript is a script and its SHA-1, by which EVALSHA names it.

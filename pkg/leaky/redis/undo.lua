@@ -25,28 +25,22 @@ for i = 1, #KEYS do
   local a = 2 + 5 * (i - 1)
   local after_c, after_t = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local before_c, before_t = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local c, t = 0, 0
   local v = redis.call('GET', KEYS[i])
-  if v then
-    local sc, st = string.match(v, '^(%d+) (%-?%d+)$')
-    if sc then
-      c, t = tonumber(sc), tonumber(st)
-    end
-  end
+  local c, t = load(v)
   if (v and c == after_c and t == after_t) or (not v and after_c == 0) then
     c, t = before_c, before_t
     if c > 0 then
-      redis.call('SET', KEYS[i], string.format('%d %d', c, t), 'PX', tonumber(ARGV[a + 4]))
+      store(KEYS[i], c, t, 'PX', tonumber(ARGV[a + 4]))
     elseif v then
       redis.call('DEL', KEYS[i])
     end
   else
     c = c - (after_c - before_c)
     if c > 0 and v then
-      redis.call('SET', KEYS[i], string.format('%d %d', c, t), 'KEEPTTL')
+      store(KEYS[i], c, t, 'KEEPTTL')
     elseif c > 0 then
       t = before_t
-      redis.call('SET', KEYS[i], string.format('%d %d', c, t), 'PX', tonumber(ARGV[a + 4]))
+      store(KEYS[i], c, t, 'PX', tonumber(ARGV[a + 4]))
     else
       c, t = 0, 0
       if v then
