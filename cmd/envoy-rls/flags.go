@@ -33,6 +33,9 @@ type settings struct {
 	redisReadTimeout  time.Duration
 	redisWriteTimeout time.Duration
 	redisKeyPrefix    string
+	pprof             bool
+	pipelineLimit     int
+	pipelineWindow    time.Duration
 	memoryMaxBuckets  int
 	responseHeaders   string
 	logLevel          string
@@ -68,6 +71,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
 	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
+	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
+	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
 	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
 	fs.DurationVar(&s.redisDialTimeout, "redis-dial-timeout", 0, "time to open a Redis connection; 0 for the URL's dial_timeout, or 5s")
 	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 0, "time to wait for a Redis reply (a call's own deadline applies too); 0 for the URL's read_timeout, or 3s")
@@ -78,6 +83,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
 	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
+	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the HTTP address (to find where time goes; keep that port private)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.StringVar(&s.failureMode, "failure-mode", "unavailable", "when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
 	fs.DurationVar(&s.storeTimeout, "store-timeout", 100*time.Millisecond, "cap on every store call; a call's own deadline applies too")
@@ -135,6 +141,10 @@ func (s *settings) check() error {
 		return fmt.Errorf("-log-format: %q: want text or json", s.logFormat)
 	case s.redisMode != "script" && s.redisMode != "transactions":
 		return fmt.Errorf("-redis-mode: %q: want script or transactions", s.redisMode)
+	case s.pipelineLimit < 0:
+		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
+	case s.pipelineWindow < 0:
+		return fmt.Errorf("-redis-pipeline-window: must not be negative, got %v", s.pipelineWindow)
 	case s.redisPoolSize < 0:
 		return fmt.Errorf("-redis-pool-size: must be 0 or more, got %d", s.redisPoolSize)
 	case s.redisDialTimeout < 0 || s.redisReadTimeout < 0 || s.redisWriteTimeout < 0:

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -78,7 +79,11 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	hs := health.NewServer()
 	rls.SetServing(hs, false)
 	grpcServer := rls.NewGRPCServer(svc, hs, log, grpcOpts...)
-	httpServer := &http.Server{Handler: rls.HTTPHandler(svc, hs, m.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	handler := rls.HTTPHandler(svc, hs, m.Handler())
+	if s.pprof {
+		handler = withPprof(handler)
+	}
+	httpServer := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 
 	grpcLis, err := net.Listen("tcp", s.grpcAddr)
 	if err != nil {
@@ -150,6 +155,8 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 	}
 	if s.store == "redis" {
 		o.OverLimitCacheSize = s.localCacheSize // in memory, the store is as fast as a cache
+	} else {
+		o.StoreTimeout = 0 // the memory store never waits
 	}
 	return o
 }
@@ -192,4 +199,16 @@ func hangups(ctx context.Context) <-chan os.Signal {
 		signal.Stop(ch)
 	}()
 	return ch
+}
+
+// withPprof adds Go's profiles under /debug/pprof/ to h.
+func withPprof(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

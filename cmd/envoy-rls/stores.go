@@ -37,7 +37,8 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 	if err != nil {
 		return nil, err
 	}
-	st, err := redis.New(redis.Options{Mode: mode, Logger: log, Prefix: s.redisKeyPrefix, Connect: &redis.ClientOptions{
+	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
+	st, err := redis.New(redis.Options{Mode: mode, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Connect: &redis.ClientOptions{
 		URL:              s.redisURL,
 		Cluster:          s.redisCluster,
 		SentinelMaster:   s.sentinelMaster,

@@ -59,6 +59,7 @@ type replicaOptions struct {
 	mode        redis.Mode
 	clock       func() time.Time
 	callerClock bool
+	pipeline    *redis.Pipeline // nil: the service's default
 }
 
 func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
@@ -71,7 +72,11 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 	var replicas []*replica
 	for range n {
 		connect := o.client
-		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log})
+		pipeline := redis.DefaultPipeline
+		if o.pipeline != nil {
+			pipeline = *o.pipeline
+		}
+		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log, Pipeline: pipeline})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -28,11 +29,12 @@ var prefixes atomic.Int64
 
 // conformance runs the memory store's suite, unchanged, on stores sharing c,
 // each subtest under a prefix of its own.
-func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode) {
+func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode, pipeline redis.Pipeline) {
 	leakytest.Run(t, func(t *testing.T) leakytest.Store {
 		s, err := redis.New(redis.Options{
 			Client:      c,
 			Mode:        mode,
+			Pipeline:    pipeline,
 			Prefix:      fmt.Sprintf("conformance%d:", prefixes.Add(1)),
 			CallerClock: true, // the suite decides at fixed instants
 		})
@@ -43,24 +45,38 @@ func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode) {
 	})
 }
 
+// pipelines are the ways script calls reach Redis: each on its own, and
+// batched into pipelines, at once or within a window.
+var pipelines = map[string]redis.Pipeline{
+	"Unbatched": {},
+	"Pipelined": redis.DefaultPipeline,
+	"Window":    {Limit: 16, Window: 200 * time.Microsecond},
+}
+
 func TestConformanceScriptSingle(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.ScriptMode)
+	c := client(t, redis.ClientOptions{URL: srv.URL()})
+	for name, p := range pipelines {
+		t.Run(name, func(t *testing.T) { conformance(t, c, redis.ScriptMode, p) })
+	}
 }
 
 func TestConformanceScriptCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
-	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.ScriptMode)
+	c := client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true})
+	for name, p := range pipelines {
+		t.Run(name, func(t *testing.T) { conformance(t, c, redis.ScriptMode, p) })
+	}
 }
 
 func TestConformanceTransactionsSingle(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.TransactionsMode)
+	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.TransactionsMode, redis.Pipeline{})
 }
 
 func TestConformanceTransactionsCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
-	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.TransactionsMode)
+	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.TransactionsMode, redis.Pipeline{})
 }
 
 // TestSlotsMatchRedis checks the store's slot computation against the

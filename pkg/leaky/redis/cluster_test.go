@@ -109,14 +109,20 @@ func describe(buckets []leaky.Bucket) string {
 // charges one hit at most.
 func TestClusterNeverRetriesScripts(t *testing.T) {
 	cl := redistest.StartCluster(t)
+	for name, p := range map[string]Pipeline{"Unbatched": {}, "Pipelined": DefaultPipeline} {
+		t.Run(name, func(t *testing.T) { neverRetries(t, cl, p, "api|user=retry-"+name) })
+	}
+}
+
+func neverRetries(t *testing.T, cl *redistest.Cluster, p Pipeline, bucket string) {
 	ctx := context.Background()
-	s, err := New(Options{Connect: &ClientOptions{URL: cl.URL(), Cluster: true, ReadTimeout: 100 * time.Millisecond}})
+	s, err := New(Options{Pipeline: p, Connect: &ClientOptions{URL: cl.URL(), Cluster: true, ReadTimeout: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	l := leaky.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
-	b := []leaky.Bucket{{Key: "api|user=retry", Limit: l}}
+	b := []leaky.Bucket{{Key: bucket, Limit: l}}
 	res := make([]leaky.Result, 1)
 	if err := s.Apply(ctx, time.Now(), b, res); err != nil { // a peek: loads the script
 		t.Fatal(err)

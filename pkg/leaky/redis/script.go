@@ -40,7 +40,7 @@ const resultFields = 7
 // scriptExec decides a slot's buckets in one script call.
 type scriptExec struct{}
 
-func (scriptExec) run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
+func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
 	args := make([]any, 2, 2+5*len(buckets))
 	args[0], args[1] = nowArg(now), "0"
 	fields := resultFields
@@ -78,7 +78,7 @@ func (scriptExec) run(ctx context.Context, c goredis.UniversalClient, now int64,
 	return vals[len(vals)-1], nil
 }
 
-func (scriptExec) undo(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
+func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
 	args := make([]any, 1, 1+5*len(changes))
 	args[0] = nowArg(now)
 	for _, ch := range changes {
@@ -115,24 +115,42 @@ func (noRetry) NoRetry() bool { return true }
 // runScript runs a script with EVALSHA, loading it with EVAL when Redis
 // answers NOSCRIPT (a new or restarted server, or a Cluster node that has
 // not seen it yet), never retrying.
-func runScript(ctx context.Context, c goredis.UniversalClient, s luaScript, keys []string, args []any) ([]int64, error) {
-	call := func(name, script string) *goredis.Cmd {
+func runScript(ctx context.Context, c *clients, s luaScript, keys []string, args []any) ([]int64, error) {
+	call := func(name, script string) (*goredis.Cmd, error) {
 		cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 		cmdArgs = append(cmdArgs, name, script, len(keys))
 		for _, k := range keys {
 			cmdArgs = append(cmdArgs, k)
 		}
 		cmd := goredis.NewCmd(ctx, append(cmdArgs, args...)...)
-		_ = c.Process(ctx, noRetry{cmd})
-		return cmd
+		return cmd, c.process(ctx, noRetry{cmd})
 	}
-	cmd := call("evalsha", s.sha)
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd = call("eval", s.src)
+	cmd, err := call("evalsha", s.sha)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		cmd, err = call("eval", s.src)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis script: %w", err)
 	}
 	vals, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis script: %w", err)
 	}
 	return vals, nil
+}
+
+// process sends cmd, in the next batch if calls are batched, and waits for
+// its reply or the end of ctx. A batched call whose ctx ends is abandoned,
+// not taken back: Redis may still run it (the lost reply of the package
+// documentation).
+func (c *clients) process(ctx context.Context, cmd goredis.Cmder) error {
+	if c.batch == nil {
+		return c.conn.Process(ctx, cmd)
+	}
+	// The batch does not look at the call's context, so one that has ended
+	// must not be queued.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.batch.Submit(ctx, cmd).WaitContext(ctx)
 }

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
@@ -46,7 +44,7 @@ const undoTimeout = time.Second
 // applySlots decides a request whose buckets span several slots: one call
 // per slot, in parallel. If a slot rejects or fails, what the other slots
 // charged is undone, so a rejected request still charges nothing.
-func (s *Store) applySlots(ctx context.Context, c goredis.UniversalClient, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
 	var parts []*part
 	slots := map[uint16]*part{}
 	for i, k := range keys {

@@ -76,11 +76,27 @@ type Options struct {
 	CallerClock bool
 	// Logger receives failed refunds; default slog.Default().
 	Logger *slog.Logger
+	// Pipeline batches concurrent script calls; the zero value sends each
+	// call on its own.
+	Pipeline Pipeline
+}
+
+// Pipeline says how concurrent script calls are batched into pipelines:
+// one write and one read for many calls, on the client and on Redis, which
+// is where a busy store spends its time. (Transactions mode does not batch.)
+type Pipeline struct {
+	// Limit is the most calls in one pipeline; 0 turns batching off.
+	Limit int
+	// Window is how long a pipeline waits for more calls after one is sent;
+	// 0 sends what is queued at once, so calls that arrive while a pipeline
+	// is out batch into the next one without waiting.
+	Window time.Duration
 }
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client      atomic.Pointer[goredis.UniversalClient]
+	client      atomic.Pointer[clients]
+	pipeline    Pipeline
 	connect     *ClientOptions // nil: the client is not replaced
 	closed      atomic.Bool
 	exec        executor
@@ -97,10 +113,10 @@ type executor interface {
 	// run decides the buckets atomically with the all-or-nothing rule. If
 	// before is not nil, it receives each bucket as it was before being
 	// charged (dripped to now), for undo.
-	run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error)
+	run(ctx context.Context, c *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error)
 	// undo takes back changes, atomically, and never rejects; it returns
 	// the buckets' states afterwards.
-	undo(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, changes []change) ([]leaky.State, int64, error)
+	undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error)
 }
 
 // change is what a decision did to one bucket, for undo.
@@ -128,20 +144,64 @@ func New(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Pipeline.Limit < 0 || opts.Pipeline.Window < 0 {
+		return nil, fmt.Errorf("redis pipeline: limit %d and window %v must not be negative", opts.Pipeline.Limit, opts.Pipeline.Window)
+	}
 	s := &Store{connect: opts.Connect, keyPrefix: opts.Prefix, callerClock: opts.CallerClock, log: opts.Logger}
-	s.client.Store(&opts.Client)
 	_, s.cluster = opts.Client.(*goredis.ClusterClient)
 	switch opts.Mode {
 	case ScriptMode:
 		s.exec = scriptExec{}
+		s.pipeline = opts.Pipeline
 	case TransactionsMode:
 		s.exec = txExec{}
 		s.keyPrefix += txPrefix
 	default:
 		return nil, fmt.Errorf("redis store: unknown mode %d", opts.Mode)
 	}
+	cs, err := s.newClients(opts.Client)
+	if err != nil {
+		return nil, err
+	}
+	s.client.Store(cs)
 	return s, nil
 }
+
+// clients are a Redis client and, when script calls are batched, its
+// autopipeliner.
+type clients struct {
+	conn  goredis.UniversalClient
+	batch *goredis.AutoPipeliner // nil: each call on its own
+}
+
+func (s *Store) newClients(c goredis.UniversalClient) (*clients, error) {
+	cs := &clients{conn: c}
+	if s.pipeline.Limit == 0 {
+		return cs, nil
+	}
+	// The deferred face lets a call stop waiting at its deadline. Batches
+	// run in parallel (Unordered): a call's reply does not depend on the
+	// calls before it, and several batches keep Redis busy while replies
+	// travel.
+	ap, err := c.AsyncAutoPipelineWithOptions(&goredis.AutoPipelineOptions{
+		MaxBatchSize:         s.pipeline.Limit,
+		MaxFlushDelay:        s.pipeline.Window,
+		MaxConcurrentBatches: pipelineBatches,
+		Unordered:            true,
+	})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis pipeline: %w", err)
+	}
+	cs.batch = ap
+	return cs, nil
+}
+
+// DefaultPipeline batches up to 256 calls, without waiting.
+var DefaultPipeline = Pipeline{Limit: 256}
+
+// pipelineBatches is how many batches may be out at once.
+const pipelineBatches = 4
 
 // Apply decides the buckets of one request with the all-or-nothing rule of
 // leaky.DecideAll and charges them if the request is admitted. An error
@@ -162,7 +222,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	for i, b := range buckets {
 		keys[i] = redisKey(s.keyPrefix, b.Key)
 	}
-	c := *s.client.Load()
+	c := s.client.Load()
 	if !s.cluster || sameSlot(keys) {
 		_, err := s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)], nil)
 		return err
@@ -188,12 +248,12 @@ func (s *Store) Check(ctx context.Context) error {
 		return errClosed
 	}
 	cur := s.client.Load()
-	if cc, ok := (*cur).(*goredis.ClusterClient); ok {
+	if cc, ok := cur.conn.(*goredis.ClusterClient); ok {
 		// Every master must answer. A Cluster client is not replaced: it
 		// manages its nodes' connections itself.
 		return cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return m.Ping(ctx).Err() })
 	}
-	err := (*cur).Ping(ctx).Err()
+	err := cur.conn.Ping(ctx).Err()
 	if err == nil || s.connect == nil || ctx.Err() != nil {
 		return err
 	}
@@ -201,13 +261,20 @@ func (s *Store) Check(ctx context.Context) error {
 	if ferr != nil {
 		return err
 	}
-	if fresh.Ping(ctx).Err() != nil || s.closed.Load() || !s.client.CompareAndSwap(cur, &fresh) {
+	if fresh.Ping(ctx).Err() != nil {
+		fresh.Close()
+		return err
+	}
+	next, ferr := s.newClients(fresh)
+	if ferr != nil {
+		return err
+	}
+	if s.closed.Load() || !s.client.CompareAndSwap(cur, next) {
 		fresh.Close()
 		return err
 	}
 	s.log.Info("redis store: Redis answers again; new connections replace the failed ones")
-	old := *cur
-	time.AfterFunc(retireDelay, func() { old.Close() })
+	time.AfterFunc(retireDelay, func() { cur.conn.Close() })
 	return nil
 }
 
@@ -220,7 +287,7 @@ var errClosed = errors.New("redis store is closed")
 // Close closes the Redis client; Check fails afterwards.
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	return (*s.client.Load()).Close()
+	return s.client.Load().conn.Close()
 }
 
 func micros(us int64) time.Duration {

@@ -65,9 +65,9 @@ func watched(ctx context.Context, c goredis.UniversalClient, keys []string, atte
 	}
 }
 
-func (txExec) run(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
+func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
 	var at int64
-	err := watched(ctx, c, keys, func(tx *goredis.Tx) error {
+	err := watched(ctx, cs.conn, keys, func(tx *goredis.Tx) error {
 		states, stored, t, err := readBuckets(ctx, tx, keys, now)
 		if err != nil {
 			return err
@@ -96,12 +96,12 @@ func (txExec) run(ctx context.Context, c goredis.UniversalClient, now int64, key
 	return at, err
 }
 
-func (txExec) undo(ctx context.Context, c goredis.UniversalClient, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
+func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
 	var (
 		at  int64
 		out = make([]leaky.State, len(changes))
 	)
-	err := watched(ctx, c, keys, func(tx *goredis.Tx) error {
+	err := watched(ctx, cs.conn, keys, func(tx *goredis.Tx) error {
 		states, stored, t, err := readBuckets(ctx, tx, keys, now)
 		if err != nil {
 			return err

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+const defaultPattern = "user=u%d,action=a%d"
+
+// errReported marks errors the flag package has already printed, with the usage.
+var errReported = errors.New("bad command line")
+
+// loadConfig is the parsed and checked command line of load.
+type loadConfig struct {
+	addr       string
+	workers    int
+	conns      int
+	duration   time.Duration
+	total      int64 // -n; when > 0 it wins over duration
+	warmup     time.Duration
+	domain     string
+	patterns   []pattern
+	keys       int
+	seed       uint64
+	hits       uint32
+	timeout    time.Duration
+	format     string
+	cpuprofile string
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, " ") }
+func (l *stringList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// loadFlags holds the raw flag values until they are checked.
+type loadFlags struct {
+	cfg         loadConfig
+	n           int64
+	hits        uint64
+	descriptors stringList
+}
+
+func newLoadFlags(stderr io.Writer) (*flag.FlagSet, *loadFlags) {
+	f := &loadFlags{}
+	fs := flag.NewFlagSet("rls-bench load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &f.cfg
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "server `host:port` (plaintext gRPC)")
+	fs.IntVar(&c.workers, "c", 64, "concurrent workers, each with one call in flight")
+	fs.IntVar(&c.conns, "conns", 4, "gRPC connections (distinct TCP connections); worker i uses connection i % conns")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to measure, after the warmup")
+	fs.Int64Var(&f.n, "n", 0, "total requests to measure; when set it wins over -duration")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "send requests this long first without counting them")
+	fs.StringVar(&c.domain, "domain", "api", "rate-limit domain of the requests")
+	fs.Var(&f.descriptors, "descriptor", "descriptor `pattern` key=value,...; %d in a value is the key index;\nrepeat for several descriptors per request (default "+defaultPattern+")")
+	fs.IntVar(&c.keys, "keys", 10000, "distinct key indexes; each request picks one uniformly at random")
+	fs.Uint64Var(&c.seed, "seed", 1, "random seed (with the worker number) so runs are repeatable")
+	fs.Uint64Var(&f.hits, "hits", 0, "hits_addend of the requests (0: not set, i.e. 1)")
+	fs.DurationVar(&c.timeout, "timeout", time.Second, "deadline of each call")
+	fs.StringVar(&c.format, "format", "text", "report format: text, json or tsv")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of this tool to `file`")
+	return fs, f
+}
+
+// parseLoadArgs parses and checks the flags of load.
+func parseLoadArgs(args []string, stderr io.Writer) (loadConfig, error) {
+	fs, f := newLoadFlags(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return loadConfig{}, err
+		}
+		return loadConfig{}, fmt.Errorf("%w: %w", errReported, err)
+	}
+	c := f.cfg
+	c.total = f.n
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case c.addr == "":
+		return c, errors.New("-addr must not be empty")
+	case c.workers < 1:
+		return c, fmt.Errorf("-c must be at least 1, got %d", c.workers)
+	case c.conns < 1:
+		return c, fmt.Errorf("-conns must be at least 1, got %d", c.conns)
+	case f.n < 0:
+		return c, fmt.Errorf("-n must not be negative, got %d", f.n)
+	case f.n == 0 && c.duration <= 0:
+		return c, fmt.Errorf("-duration must be positive, got %v", c.duration)
+	case c.warmup < 0:
+		return c, fmt.Errorf("-warmup must not be negative, got %v", c.warmup)
+	case c.keys < 1:
+		return c, fmt.Errorf("-keys must be at least 1, got %d", c.keys)
+	case f.hits > math.MaxUint32:
+		return c, fmt.Errorf("-hits must fit in 32 bits, got %d", f.hits)
+	case c.timeout <= 0:
+		return c, fmt.Errorf("-timeout must be positive, got %v", c.timeout)
+	case c.format != "text" && c.format != "json" && c.format != "tsv":
+		return c, fmt.Errorf("-format must be text, json or tsv, got %q", c.format)
+	}
+	c.hits = uint32(f.hits)
+	// More connections than workers would sit idle.
+	c.conns = min(c.conns, c.workers)
+	if len(f.descriptors) == 0 {
+		f.descriptors = stringList{defaultPattern}
+	}
+	for _, s := range f.descriptors {
+		p, err := parsePattern(s)
+		if err != nil {
+			return c, fmt.Errorf("-descriptor: %w", err)
+		}
+		c.patterns = append(c.patterns, p)
+	}
+	return c, nil
+}
+
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseLoadArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		if !errors.Is(err, errReported) {
+			fmt.Fprintf(stderr, "rls-bench load: %v\n", err)
+		}
+		return exitUsage
+	}
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			fmt.Fprintf(stderr, "rls-bench load: cpu profile: %v\n", err)
+			return exitError
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "rls-bench load: cpu profile: %v\n", err)
+			return exitError
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := load(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "rls-bench load: %v\n", err)
+		return exitError
+	}
+	if err := writeReport(stdout, cfg, res); err != nil {
+		fmt.Fprintf(stderr, "rls-bench load: write report: %v\n", err)
+		return exitError
+	}
+	switch {
+	case res.requests == 0:
+		fmt.Fprintln(stderr, "rls-bench load: no request was measured")
+		return exitError
+	case res.errorCount() == res.requests:
+		fmt.Fprintf(stderr, "rls-bench load: every call failed; first error: %v\n", res.firstErr)
+		return exitError
+	}
+	return exitOK
+}
+
+// Phases of a run, read by the workers before each call.
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// workerStats is what one worker measured; merged once at the end so the
+// hot loop shares nothing but the phase and the -n ticket counter.
+type workerStats struct {
+	latencies          []time.Duration
+	sent               int64 // every call, warmup included
+	ok, over, unknown  int64
+	errs               map[codes.Code]int64
+	firstErr           error
+	firstErrAtUnixNano int64
+}
+
+// load runs the workers and returns what they measured. Cancelling ctx stops
+// it early; calls in flight finish normally.
+func load(ctx context.Context, cfg loadConfig) (*result, error) {
+	reqs := buildRequests(cfg.domain, cfg.patterns, cfg.keys, cfg.hits)
+
+	// Each grpc.NewClient is its own ClientConn, hence its own TCP connection.
+	clients := make([]rlsv3.RateLimitServiceClient, cfg.conns)
+	for i := range clients {
+		conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", cfg.addr, err)
+		}
+		defer conn.Close()
+		conn.Connect() // dial now rather than on the first call
+		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+
+	var phase atomic.Int32
+	var tickets atomic.Int64 // -n mode: calls claimed while measuring
+	stats := make([]*workerStats, cfg.workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	if cfg.warmup == 0 {
+		phase.Store(phaseMeasure)
+	}
+	for w := range cfg.workers {
+		st := &workerStats{errs: map[codes.Code]int64{}}
+		if cfg.total > 0 {
+			st.latencies = make([]time.Duration, 0, cfg.total/int64(cfg.workers)+1)
+		}
+		stats[w] = st
+		// Seeded by -seed and the worker number: repeatable, distinct streams.
+		rng := rand.New(rand.NewPCG(cfg.seed, uint64(w)))
+		client := clients[w%cfg.conns]
+		wg.Go(func() {
+			work(client, reqs, rng, cfg, &phase, &tickets, st)
+		})
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	if cfg.warmup > 0 {
+		select {
+		case <-time.After(cfg.warmup):
+		case <-ctx.Done():
+		case <-done:
+		}
+		start = time.Now()
+		phase.CompareAndSwap(phaseWarmup, phaseMeasure)
+	}
+	var stopAfter <-chan time.Time
+	if cfg.total == 0 {
+		stopAfter = time.After(cfg.duration)
+	}
+	select {
+	case <-stopAfter:
+	case <-ctx.Done():
+	case <-done:
+	}
+	phase.Store(phaseStop)
+	<-done
+	return mergeStats(stats, time.Since(start)), nil
+}
+
+// work is one worker's loop: one call in flight at a time.
+func work(client rlsv3.RateLimitServiceClient, reqs []*rlsv3.RateLimitRequest, rng *rand.Rand,
+	cfg loadConfig, phase *atomic.Int32, tickets *atomic.Int64, st *workerStats) {
+	for {
+		p := phase.Load()
+		if p == phaseStop {
+			return
+		}
+		measured := p == phaseMeasure
+		if measured && cfg.total > 0 && tickets.Add(1) > cfg.total {
+			return
+		}
+		req := reqs[rng.IntN(len(reqs))]
+
+		t0 := time.Now()
+		// Background, not the run's ctx: stopping must not cancel calls in flight.
+		callCtx, cancel := context.WithDeadline(context.Background(), t0.Add(cfg.timeout))
+		resp, err := client.ShouldRateLimit(callCtx, req)
+		lat := time.Since(t0)
+		cancel()
+		st.sent++
+
+		if err != nil && st.firstErr == nil {
+			st.firstErr, st.firstErrAtUnixNano = err, t0.UnixNano()
+		}
+		if !measured {
+			continue
+		}
+		st.latencies = append(st.latencies, lat)
+		switch {
+		case err != nil:
+			st.errs[status.Code(err)]++
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+			st.ok++
+		case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+			st.over++
+		default:
+			st.unknown++
+		}
+	}
+}

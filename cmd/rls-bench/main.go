@@ -1,0 +1,77 @@
+// Command rls-bench drives any Envoy RLS v3 server
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and reports
+// throughput, latency percentiles and response codes.
+//
+//	rls-bench load [flags]          send requests and report
+//	rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once: the gRPC ceiling
+//	rls-bench help                  print usage
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the run failed (e.g. every call failed)
+	exitUsage = 2 // bad command line
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the whole command with its outside world passed in, so tests can
+// run it in-process. SIGINT/SIGTERM cancel the context: load stops early and
+// reports what it measured, null stops gracefully.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runContext(ctx, args, stdout, stderr)
+}
+
+func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stdout)
+		return exitOK
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "load":
+		return runLoad(ctx, args, stdout, stderr)
+	case "null":
+		return runNull(ctx, args, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "rls-bench: unknown command %q\n\n", cmd)
+		usage(stderr)
+		return exitUsage
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  rls-bench load [flags]          drive an RLS v3 server and report req/s, latency and codes
+  rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once (the gRPC-only ceiling)
+  rls-bench help                  print this text
+
+Flags of load:
+`)
+	fs, _ := newLoadFlags(io.Discard)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprint(w, `
+Flags of null:
+`)
+	nfs, _ := newNullFlags(io.Discard)
+	nfs.SetOutput(w)
+	nfs.PrintDefaults()
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+)
+
+// nullServer answers OK at once: what is left of a request's cost is gRPC's.
+type nullServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+// okResponse is shared by all calls: gRPC only reads it to marshal it.
+var okResponse = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+
+func (nullServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return okResponse, nil
+}
+
+func newNullFlags(stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("rls-bench null", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8081", "`address` to listen on (port 0 picks a free one)")
+	return fs, listen
+}
+
+// runNull serves until ctx is done, then stops gracefully.
+func runNull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, listen := newNullFlags(stderr)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rls-bench null: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "rls-bench null: %v\n", err)
+		return exitError
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, nullServer{})
+	// Print the real address, so "-listen 127.0.0.1:0" is usable by scripts.
+	fmt.Fprintf(stdout, "listening on %s\n", lis.Addr())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served:
+		fmt.Fprintf(stderr, "rls-bench null: serve: %v\n", err)
+		return exitError
+	case <-ctx.Done():
+		srv.GracefulStop()
+		<-served
+		return exitOK
+	}
+}

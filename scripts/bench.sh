@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Measures envoy-rls against the ceiling gRPC alone allows on this machine,
+# in one run: it starts Redis, rls-bench's null server and envoy-rls (memory
+# store; Redis store batched and unbatched), drives each with the same load,
+# counts Redis commands per request and Redis memory per bucket, and prints
+# a table with ratios to the null ceiling. See docs/performance.md.
+#
+# Needs go, redis-server and redis-cli. Settings (environment):
+#   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
+#   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)  BENCH_KEYS (10000)
+#   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
+#   BENCH_TARGETS ('null memory redis redis-unbatched')
+# Targets run in turn within each round, so that a slower spell of a shared
+# machine touches them all; the table shows each figure's median over rounds.
+set -euo pipefail
+
+duration=${BENCH_DURATION:-10s}
+warmup=${BENCH_WARMUP:-2s}
+rounds=${BENCH_ROUNDS:-3}
+concurrency=${BENCH_CONCURRENCY:-64}
+conns=${BENCH_CONNS:-4}
+keys=${BENCH_KEYS:-10000}
+descriptor=${BENCH_DESCRIPTOR:-'user=u%d,action=a%d'}
+targets=${BENCH_TARGETS:-null memory redis redis-unbatched}
+
+cd "$(dirname "$0")/.."
+for tool in go redis-server redis-cli; do
+	command -v "$tool" >/dev/null || { echo "bench: $tool is not on PATH" >&2; exit 1; }
+done
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+log() { echo "bench: $*" >&2; }
+
+# free_port prints a loopback port nothing listens on.
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 30000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# wait_for runs its arguments until they succeed, for up to 10 s.
+wait_for() {
+	for _ in $(seq 100); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.1
+	done
+	log "gave up waiting for: $*"
+	exit 1
+}
+
+log "building"
+go build -o "$work/envoy-rls" ./cmd/envoy-rls
+go build -o "$work/rls-bench" ./cmd/rls-bench
+
+redis_port=$(free_port)
+redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no >"$work/redis.log" 2>&1 &
+pids+=($!)
+rcli() { redis-cli -p "$redis_port" "$@"; }
+wait_for rcli ping
+redis_version=$(rcli info server | tr -d '\r' | awk -F: '$1 == "redis_version" {print $2}')
+
+declare -A addr
+"$work/rls-bench" null -listen 127.0.0.1:0 >"$work/null.out" 2>&1 &
+pids+=($!)
+wait_for grep -q "listening on" "$work/null.out"
+addr[null]=$(awk '/listening on/ {print $3}' "$work/null.out")
+
+# start_rls NAME FLAGS... starts envoy-rls and waits until it serves.
+start_rls() {
+	local name=$1 grpc http
+	shift
+	grpc=$(free_port)
+	http=$(free_port)
+	"$work/envoy-rls" -config scripts/bench.yaml -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
+		-watch-config=false "$@" >"$work/$name.log" 2>&1 &
+	pids+=($!)
+	wait_for "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc"
+	addr[$name]=127.0.0.1:$grpc
+}
+redis_url=redis://127.0.0.1:$redis_port/0
+for t in $targets; do
+	case $t in
+	null) ;;
+	memory) start_rls memory ;;
+	redis) start_rls redis -store redis -redis-url "$redis_url" ;;
+	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
+	*) log "unknown target $t"; exit 1 ;;
+	esac
+done
+used_before=$(rcli info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}')
+
+# top_commands prints the calls Redis has counted of the commands a client
+# sent: all but those only the scripts call, and INFO (this script's own).
+top_commands() {
+	rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '
+		/^cmdstat_/ { name = substr($1, 9); if (name !~ /^(get|set|del|time|info)$/) n += $3 }
+		END { print n + 0 }'
+}
+
+# field NAME reads a column of a tsv report by its header.
+field() {
+	awk -F'\t' -v name="$1" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i } NR == 2 { print $col[name] }' "$2"
+}
+
+echo -e "target\tround\trps\tp50_us\tp99_us\terrors\tover_limit\tcmds_per_req" >"$work/runs.tsv"
+for round in $(seq "$rounds"); do
+	for t in $targets; do
+		before=$(top_commands)
+		"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$warmup" \
+			-c "$concurrency" -conns "$conns" -keys "$keys" -descriptor "$descriptor" -format tsv >"$work/out.tsv"
+		after=$(top_commands)
+		sent=$(field sent "$work/out.tsv")
+		per="-"
+		if [[ $t == redis* ]]; then
+			per=$(awk -v d=$((after - before)) -v n="$sent" 'BEGIN { printf "%.3f", d / n }')
+		fi
+		row="$t\t$round\t$(field rps "$work/out.tsv")\t$(field p50_us "$work/out.tsv")\t$(field p99_us "$work/out.tsv")"
+		row+="\t$(field errors "$work/out.tsv")\t$(field over_limit "$work/out.tsv")\t$per"
+		echo -e "$row" >>"$work/runs.tsv"
+		log "round $round/$rounds $t: $(field rps "$work/out.tsv") req/s, p99 $(field p99_us "$work/out.tsv") µs"
+	done
+done
+
+# Redis memory per bucket: MEMORY USAGE of a sample of the keys, and the
+# growth of used_memory (which adds Redis's hash tables and expiry index).
+buckets=$(rcli dbsize)
+used_after=$(rcli info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}')
+sample=0
+usage=0
+if [[ $buckets -gt 0 ]]; then
+	read -r sample usage < <(rcli --scan | head -n 2000 |
+		awk '{ printf "MEMORY USAGE \"%s\"\n", $0 }' | rcli | awk '{ n++; s += $1 } END { printf "%d %.1f\n", n, s / n }')
+fi
+
+echo
+echo "envoy-rls benchmark: $(nproc) CPUs, Redis $redis_version; c=$concurrency over $conns connections," \
+	"$keys keys, descriptor $descriptor; $rounds rounds of $duration (after $warmup warmup); medians"
+echo
+awk -F'\t' -v targets="$targets" '
+	function median(list, n,   i, j, t, a) {
+		split(list, a, " ")
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	NR > 1 {
+		k = $1; n[k]++
+		rps[k] = rps[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5
+		err[k] += $6; over[k] += $7
+		if ($8 != "-") cmds[k] = cmds[k] " " $8
+	}
+	END {
+		printf "%-16s %9s %8s %9s %9s %8s %7s %10s\n", "target", "req/s", "vs null", "p50 ms", "p99 ms", "p99/null", "errors", "cmds/req"
+		nt = split(targets, ts, " ")
+		base = ("null" in n) ? median(rps["null"], n["null"]) : 0
+		base99 = ("null" in n) ? median(p99["null"], n["null"]) : 0
+		for (i = 1; i <= nt; i++) {
+			k = ts[i]
+			r = median(rps[k], n[k]); q50 = median(p50[k], n[k]); q99 = median(p99[k], n[k])
+			c = (k in cmds) ? sprintf("%.3f", median(cmds[k], n[k])) : "-"
+			vs = base ? sprintf("%.0f%%", 100 * r / base) : "-"
+			v99 = base99 ? sprintf("%.2fx", q99 / base99) : "-"
+			printf "%-16s %9.0f %8s %9.2f %9.2f %8s %7d %10s\n", k, r, vs, q50 / 1000, q99 / 1000, v99, err[k], c
+		}
+	}' "$work/runs.tsv"
+echo
+if [[ $buckets -gt 0 ]]; then
+	echo "Redis memory per bucket: $usage bytes (MEMORY USAGE, mean of $sample keys);" \
+		"$(( (used_after - used_before) / buckets )) bytes of used_memory growth per key ($buckets keys)"
+fi
+if [[ -n ${BENCH_KEEP:-} ]]; then
+	cp "$work/runs.tsv" "$BENCH_KEEP"
+	log "per-run figures in $BENCH_KEEP"
+fi
