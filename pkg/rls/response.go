@@ -29,10 +29,8 @@ func allOK(n int) *rlsv3.RateLimitResponse {
 // never change what a client sees.
 func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitResponse {
 	n := len(w.starts) - 1
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
-	}
+	b := newResponse(n)
+	resp := &b.resp
 	var all verdict
 	for i := range n {
 		var v verdict
@@ -53,15 +51,49 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			v.add(l.Rule, r)
 			all.add(l.Rule, r)
 		}
-		resp.Statuses[i] = v.status()
+		v.status(&b.statuses[i])
 		if v.over {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	if s.headers != NoHeaders && all.limited {
-		resp.ResponseHeadersToAdd = all.headers(s.headers == LeakyHeaders)
+		resp.ResponseHeadersToAdd = all.headers(b, s.headers == LeakyHeaders)
 	}
 	return resp
+}
+
+// response is a response and the messages it points to, allocated
+// together: a response is built for every request, and a few large
+// allocations cost less than a dozen small ones.
+type response struct {
+	resp       rlsv3.RateLimitResponse
+	statusPtrs [2]*rlsv3.RateLimitResponse_DescriptorStatus // for up to 2 descriptors
+	headerPtrs [4]*corev3.HeaderValue
+	headers    [4]corev3.HeaderValue
+	statuses   []descStatus
+}
+
+// descStatus is a descriptor's status and the messages it points to.
+type descStatus struct {
+	st    rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
+}
+
+// newResponse returns an OK response with n OK statuses.
+func newResponse(n int) *response {
+	b := &response{statuses: make([]descStatus, n)}
+	ptrs := b.statusPtrs[:0]
+	if n > len(b.statusPtrs) {
+		ptrs = make([]*rlsv3.RateLimitResponse_DescriptorStatus, 0, n)
+	}
+	for i := range b.statuses {
+		b.statuses[i].st.Code = rlsv3.RateLimitResponse_OK
+		ptrs = append(ptrs, &b.statuses[i].st)
+	}
+	b.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	b.resp.Statuses = ptrs
+	return b
 }
 
 // failureResponse answers while the store fails: FailAllow passes every
@@ -119,32 +151,39 @@ func (v *verdict) add(rule *descriptors.Rule, r *leaky.Result) {
 	v.clear = max(v.clear, r.Clear)
 }
 
-func (v *verdict) status() *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+// status fills in a descriptor's status from its verdict.
+func (v *verdict) status(s *descStatus) {
+	st := &s.st
+	st.Code = rlsv3.RateLimitResponse_OK
 	if !v.limited {
-		return st
+		return
 	}
-	st.CurrentLimit = currentLimit(v.binding)
+	setLimit(&s.limit, v.binding)
+	st.CurrentLimit = &s.limit
 	st.LimitRemaining = uint32(min(v.remaining, math.MaxUint32))
-	st.DurationUntilReset = durationpb.New(v.clear)
+	d := v.clear
 	if v.over {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		st.DurationUntilReset = durationpb.New(v.reset)
+		d = v.reset
 	}
-	return st
+	s.reset.Seconds, s.reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+	st.DurationUntilReset = &s.reset
 }
 
 // currentLimit reports a rule as the response's current_limit.
 func currentLimit(r *descriptors.Rule) *rlsv3.RateLimitResponse_RateLimit {
-	l := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            r.Name,
-		RequestsPerUnit: r.Rate.RequestsPerUnit,
-		Unit:            responseUnits[r.Rate.Unit],
-	}
+	l := &rlsv3.RateLimitResponse_RateLimit{}
+	setLimit(l, r)
+	return l
+}
+
+func setLimit(l *rlsv3.RateLimitResponse_RateLimit, r *descriptors.Rule) {
+	l.Name = r.Name
+	l.RequestsPerUnit = r.Rate.RequestsPerUnit
+	l.Unit = responseUnits[r.Rate.Unit]
 	if r.Rate.Multiplier > 1 {
 		l.UnitMultiplier = wrapperspb.UInt32(r.Rate.Multiplier)
 	}
-	return l
 }
 
 // The response headers. Envoy lower-cases names on HTTP/2 and HTTP/3.
@@ -157,17 +196,40 @@ const (
 
 // headers returns the response headers; all of them, or only those that
 // Envoy's own X-RateLimit headers lack.
-func (v *verdict) headers(all bool) []*corev3.HeaderValue {
-	h := make([]*corev3.HeaderValue, 0, 4)
-	if all {
-		h = append(h, &corev3.HeaderValue{Key: headerRemaining, Value: strconv.FormatInt(v.remaining, 10)})
+// headers returns the response headers, in b. Their values are formatted
+// into one buffer, made a string once and sliced.
+func (v *verdict) headers(b *response, all bool) []*corev3.HeaderValue {
+	var (
+		buf  [96]byte
+		keys [4]string
+		ends [4]int
+		n    int
+	)
+	text := buf[:0]
+	add := func(key string, value []byte) {
+		keys[n], ends[n] = key, len(value)
+		n++
 	}
-	h = append(h, &corev3.HeaderValue{Key: headerClear, Value: seconds(v.clear)})
+	if all {
+		text = strconv.AppendInt(text, v.remaining, 10)
+		add(headerRemaining, text)
+	}
+	text = appendSeconds(text, v.clear)
+	add(headerClear, text)
 	if v.over {
 		if all {
-			h = append(h, &corev3.HeaderValue{Key: headerReset, Value: seconds(v.reset)})
+			text = appendSeconds(text, v.reset)
+			add(headerReset, text)
 		}
-		h = append(h, &corev3.HeaderValue{Key: headerRetryAfter, Value: strconv.FormatInt(wholeSeconds(v.reset), 10)})
+		text = strconv.AppendInt(text, wholeSeconds(v.reset), 10)
+		add(headerRetryAfter, text)
+	}
+	values := string(text)
+	h := b.headerPtrs[:n]
+	start := 0
+	for i := range n {
+		b.headers[i].Key, b.headers[i].Value = keys[i], values[start:ends[i]]
+		h[i], start = &b.headers[i], ends[i]
 	}
 	return h
 }
@@ -175,15 +237,19 @@ func (v *verdict) headers(all bool) []*corev3.HeaderValue {
 // seconds formats d in seconds with up to three decimals, rounded up so
 // that a client waiting that long is never early: 1.5, 0.755, 2.
 func seconds(d time.Duration) string {
+	return string(appendSeconds(nil, d))
+}
+
+func appendSeconds(b []byte, d time.Duration) []byte {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
-	b := strconv.AppendInt(make([]byte, 0, 24), int64(ms/1000), 10)
+	b = strconv.AppendInt(b, int64(ms/1000), 10)
 	if frac := int64(ms % 1000); frac != 0 {
 		b = append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
 		for b[len(b)-1] == '0' {
 			b = b[:len(b)-1]
 		}
 	}
-	return string(b)
+	return b
 }
 
 // wholeSeconds rounds d up to whole seconds, at least 1: Retry-After has no

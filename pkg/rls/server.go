@@ -2,7 +2,6 @@ package rls
 
 import (
 	"log/slog"
-	"runtime"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -19,12 +18,7 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // reflection (for grpcurl and the like) registered, and handler panics
 // turned into Internal errors.
 func NewGRPCServer(svc *Service, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(RecoverUnary(log)),
-		// Calls run on long-lived workers instead of a new goroutine each,
-		// whose stack would have to grow again for every call.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-	}, opts...)
+	opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log))}, opts...)
 	g := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(g, svc)
 	healthpb.RegisterHealthServer(g, hs)

@@ -267,7 +267,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 
 // apply asks the store, within the store timeout.
 func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
-	if s.storeTimeout > 0 {
+	// Envoy's calls carry a deadline (20 ms by default), which usually
+	// ends first: then a timer of our own would be wasted work.
+	if dl, ok := ctx.Deadline(); s.storeTimeout > 0 && (!ok || time.Until(dl) > s.storeTimeout) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.storeTimeout)
 		defer cancel()

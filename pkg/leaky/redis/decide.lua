@@ -1,8 +1,12 @@
 -- envoy-rls: decide the buckets of one request, all or nothing.
 --
--- A line-by-line port of leaky.decide and leaky.DecideAll (pkg/leaky). Lua
--- numbers are doubles; every value stays at or below 2^53, where doubles
--- are exact integers, as in the Go code.
+-- A port of leaky.decide and leaky.DecideAll (pkg/leaky). Lua numbers are
+-- doubles; every value stays at or below 2^53, where doubles are exact
+-- integers, as in the Go code. Written for speed: Redis runs it for every
+-- request, so it creates no table per bucket and calls Redis only for TIME,
+-- a GET and a SET per bucket. (Not MGET: Redis reuses the argument objects
+-- of a script's calls, and a SET's value would then keep the larger
+-- allocation of MGET's second key, 32 bytes more per bucket.)
 --
 -- KEYS[i]  the bucket keys, all in one hash slot
 -- ARGV[1]  the time in Unix microseconds, or "" to read the server's TIME
@@ -15,65 +19,49 @@
 -- clear, reset, ttl (times in microseconds), and if asked the counter and
 -- timestamp before the charge; then the time decided at.
 
+local floor, ceil, tonumber = math.floor, math.ceil, tonumber
 local MAX = 9007199254740992 -- 2^53
+local MAXSIZE = 1099511627776 -- leaky.MaxSize, 2^40
 
--- idiv is floor(a / b) for integers 0 <= a <= MAX, 1 <= b <= MAX. The
+-- floor(a / b) is exact for integers 0 <= a <= MAX, 1 <= b <= MAX: the
 -- double quotient is rounded, but within this range never up to the next
--- integer, so its floor is exact.
-local function idiv(a, b)
-  return math.floor(a / b)
-end
+-- integer.
 
-local function ceildiv(a, b)
-  local q = idiv(a, b)
-  if q * b < a then
-    q = q + 1
-  end
-  return q
-end
-
-local function sat(x)
-  if x > MAX then
-    return MAX
-  end
-  return x
-end
-
-local function elapsed(ts, now)
-  local d = now - ts
-  if d > MAX then return MAX end
-  if d < -MAX then return -MAX end
-  return d
-end
-
+-- drain_time is how long until n units have dripped out, the first drip
+-- being since into its period.
 local function drain_time(n, drip_size, rate, since)
   if n <= 0 then
     return 0
   end
-  return sat(sat(ceildiv(n, drip_size) * rate) - since)
+  local drips = floor(n / drip_size)
+  if drips * drip_size < n then drips = drips + 1 end
+  local t = drips * rate
+  if t > MAX then t = MAX end
+  t = t - since
+  if t > MAX then t = MAX end
+  return t
 end
 
+-- decide is leaky.decide: it returns admitted (1/0), counter, timestamp,
+-- remaining, clear, reset and ttl.
 local function decide(counter, ts, size, rate, drip_size, hits, now)
-  -- Out-of-range limits read as their nearest valid value (Limit.clamped).
-  if size < 0 then size = 0 end
-  if size > 1099511627776 then size = 1099511627776 end -- leaky.MaxSize, 2^40
-  if rate < 1 then rate = 1 end
-  if rate > MAX then rate = MAX end
-  if drip_size < 1 then drip_size = 1 end
-  if drip_size > 1099511627776 then drip_size = 1099511627776 end
-  if counter < 0 then counter = 0 end
-  if counter > MAX then counter = MAX end
-  if ts > MAX then ts = MAX end
-  if ts < -MAX then ts = -MAX end
-  if hits > MAX then hits = MAX end
-  if hits < -MAX then hits = -MAX end
-  local since = elapsed(ts, now)
+  -- Out-of-range values read as their nearest valid value (Limit.clamped).
+  if size < 0 then size = 0 elseif size > MAXSIZE then size = MAXSIZE end
+  if rate < 1 then rate = 1 elseif rate > MAX then rate = MAX end
+  if drip_size < 1 then drip_size = 1 elseif drip_size > MAXSIZE then drip_size = MAXSIZE end
+  if counter < 0 then counter = 0 elseif counter > MAX then counter = MAX end
+  if ts > MAX then ts = MAX elseif ts < -MAX then ts = -MAX end
+  if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+  local since = now - ts
+  if since > MAX then since = MAX elseif since < -MAX then since = -MAX end
 
   -- 1. Drip: whole drips since the last one leave the bucket. If time went
   -- backwards (since < 0), nothing leaks until it has caught up.
   if counter > 0 and since > 0 then
-    local drips = idiv(since, rate)
-    if drips >= ceildiv(counter, drip_size) then
+    local drips = floor(since / rate)
+    local full = floor(counter / drip_size)
+    if full * drip_size < counter then full = full + 1 end
+    if drips >= full then
       counter = 0
     elseif drips > 0 then
       counter = counter - drips * drip_size
@@ -106,16 +94,19 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
   end
   local reset = 0
   if admitted == 0 then
-    reset = sat(clear + rate)
     if hits <= size then
       reset = drain_time(hits - (size - counter), drip_size, rate, since)
+    else
+      reset = clear + rate
+      if reset > MAX then reset = MAX end
     end
   end
   local ttl = 0
   if counter > 0 then
-    ttl = sat(clear + rate)
+    ttl = clear + rate
+    if ttl > MAX then ttl = MAX end
   end
-  return {admitted, counter, ts, remaining, clear, reset, ttl}
+  return admitted, counter, ts, remaining, clear, reset, ttl
 end
 
 local now
@@ -128,48 +119,52 @@ else
   now = tonumber(ARGV[1])
 end
 
--- Read every bucket, then decide them all (leaky.DecideAll).
+-- Read every bucket, then decide them all (leaky.DecideAll). res holds 7
+-- values per bucket; counters and stamps the states as read.
 local n = #KEYS
-local counters, stamps, stored, results = {}, {}, {}, {}
+local stored, counters, stamps, res = {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
-  local v = redis.call('GET', KEYS[i])
-  stored[i] = v
-  local c, t = load(v)
+  stored[i] = redis.call('GET', KEYS[i])
+  local c, t = load(stored[i])
   counters[i], stamps[i] = c, t
-  local a = 3 + 5 * (i - 1)
-  results[i] = decide(c, t, tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), now)
-  if results[i][1] == 0 and ARGV[a + 4] ~= '1' then
+  local a = 5 * i - 2
+  local j = 7 * i - 7
+  local admitted
+  admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+    decide(c, t, tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), now)
+  res[j + 1] = admitted
+  if admitted == 0 and ARGV[a + 4] ~= '1' then
     allowed = false
   end
 end
 
-local out = {}
+local before = ARGV[2] == '1'
+local out, k = {}, 0
 for i = 1, n do
-  local a = 3 + 5 * (i - 1)
-  local r = results[i]
-  local before = nil
-  if ARGV[2] == '1' then
-    before = decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
-  end
+  local a = 5 * i - 2
+  local j = 7 * i - 7
   if allowed then
-    if r[7] > 0 then
+    if res[j + 7] > 0 then
       -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
-      store(KEYS[i], r[2], r[3], 'PX', math.ceil(r[7] / 1000))
+      store(KEYS[i], res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
     elseif stored[i] then
       redis.call('DEL', KEYS[i]) -- empty: nothing to keep
     end
-  elseif r[1] == 1 and tonumber(ARGV[a + 3]) ~= 0 then
+  elseif res[j + 1] == 1 and tonumber(ARGV[a + 3]) ~= 0 then
     -- Rejected: show the bucket as it stays, uncharged.
-    r = decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
+    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+      decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
   end
-  for j = 1, 7 do
-    out[#out + 1] = r[j]
+  for m = 1, 7 do
+    out[k + m] = res[j + m]
   end
+  k = k + 7
   if before then
-    out[#out + 1] = before[2]
-    out[#out + 1] = before[3]
+    local _, c, t = decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
+    out[k + 1], out[k + 2] = c, t
+    k = k + 2
   end
 end
-out[#out + 1] = now
+out[k + 1] = now
 return out

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -41,20 +42,27 @@ const resultFields = 7
 type scriptExec struct{}
 
 func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
-	args := make([]any, 2, 2+5*len(buckets))
-	args[0], args[1] = nowArg(now), "0"
+	a := newScriptArgs(2 + 5*len(buckets))
+	a.now(now)
 	fields := resultFields
 	if before != nil {
-		args[1], fields = "1", resultFields+2
+		a.int(1)
+		fields = resultFields + 2
+	} else {
+		a.int(0)
 	}
 	for _, b := range buckets {
-		shadow := 0
+		shadow := int64(0)
 		if b.Shadow {
 			shadow = 1
 		}
-		args = append(args, b.Limit.Size, b.Limit.DripRate.Microseconds(), b.Limit.DripSize, b.Hits, shadow)
+		a.int(b.Limit.Size)
+		a.int(b.Limit.DripRate.Microseconds())
+		a.int(b.Limit.DripSize)
+		a.int(b.Hits)
+		a.int(shadow)
 	}
-	vals, err := runScript(ctx, c, decideScript, keys, args)
+	vals, err := runScript(ctx, c, &decideScript, keys, a.strings())
 	if err != nil {
 		return 0, err
 	}
@@ -79,12 +87,16 @@ func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string,
 }
 
 func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
-	args := make([]any, 1, 1+5*len(changes))
-	args[0] = nowArg(now)
+	a := newScriptArgs(1 + 5*len(changes))
+	a.now(now)
 	for _, ch := range changes {
-		args = append(args, ch.after.Counter, ch.after.Timestamp, ch.before.Counter, ch.before.Timestamp, ceilMillis(ch.beforeTTL))
+		a.int(ch.after.Counter)
+		a.int(ch.after.Timestamp)
+		a.int(ch.before.Counter)
+		a.int(ch.before.Timestamp)
+		a.int(ceilMillis(ch.beforeTTL))
 	}
-	vals, err := runScript(ctx, c, undoScript, keys, args)
+	vals, err := runScript(ctx, c, &undoScript, keys, a.strings())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -98,45 +110,75 @@ func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string
 	return states, vals[len(vals)-1], nil
 }
 
-func nowArg(now int64) any {
+// scriptArgs formats a script's numeric arguments into one buffer, made
+// into strings with one allocation: formatting (or boxing) each number on
+// its own would allocate it.
+type scriptArgs struct {
+	buf  []byte
+	ends []int
+}
+
+func newScriptArgs(n int) *scriptArgs {
+	return &scriptArgs{buf: make([]byte, 0, 12*n), ends: make([]int, 0, n)}
+}
+
+func (a *scriptArgs) int(v int64) {
+	a.buf = strconv.AppendInt(a.buf, v, 10)
+	a.ends = append(a.ends, len(a.buf))
+}
+
+// now adds the time argument: now, or empty for the server's clock.
+func (a *scriptArgs) now(now int64) {
 	if now < 0 {
-		return ""
+		a.ends = append(a.ends, len(a.buf))
+		return
 	}
-	return now
+	a.int(now)
+}
+
+func (a *scriptArgs) strings() []string {
+	all := string(a.buf)
+	out := make([]string, len(a.ends))
+	start := 0
+	for i, end := range a.ends {
+		out[i], start = all[start:end], end
+	}
+	return out
 }
 
 // noRetry marks a command that must not be sent twice: a script whose
 // reply was lost may have charged already. (go-redis's Cluster client would
 // otherwise send it again after a network error.)
-type noRetry struct{ *goredis.Cmd }
+type noRetry struct{ *goredis.IntSliceCmd }
 
 func (noRetry) NoRetry() bool { return true }
 
 // runScript runs a script with EVALSHA, loading it with EVAL when Redis
 // answers NOSCRIPT (a new or restarted server, or a Cluster node that has
 // not seen it yet), never retrying.
-func runScript(ctx context.Context, c *clients, s luaScript, keys []string, args []any) ([]int64, error) {
-	call := func(name, script string) (*goredis.Cmd, error) {
-		cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-		cmdArgs = append(cmdArgs, name, script, len(keys))
-		for _, k := range keys {
-			cmdArgs = append(cmdArgs, k)
-		}
-		cmd := goredis.NewCmd(ctx, append(cmdArgs, args...)...)
-		return cmd, c.process(ctx, noRetry{cmd})
+func runScript(ctx context.Context, c *clients, s *luaScript, keys, args []string) ([]int64, error) {
+	// Arguments go as *string, which an interface holds without copying
+	// the string header to the heap; the reply is read straight into
+	// integers (a generic Cmd would box each one).
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", &s.sha, len(keys))
+	for i := range keys {
+		cmdArgs = append(cmdArgs, &keys[i])
 	}
-	cmd, err := call("evalsha", s.sha)
+	for i := range args {
+		cmdArgs = append(cmdArgs, &args[i])
+	}
+	cmd := goredis.NewIntSliceCmd(ctx, cmdArgs...)
+	err := c.process(ctx, noRetry{cmd})
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd, err = call("eval", s.src)
+		cmdArgs[0], cmdArgs[1] = "eval", &s.src
+		cmd = goredis.NewIntSliceCmd(ctx, cmdArgs...)
+		err = c.process(ctx, noRetry{cmd})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("redis script: %w", err)
 	}
-	vals, err := cmd.Int64Slice()
-	if err != nil {
-		return nil, fmt.Errorf("redis script: %w", err)
-	}
-	return vals, nil
+	return cmd.Val(), nil
 }
 
 // process sends cmd, in the next batch if calls are batched, and waits for
