@@ -37,6 +37,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	log := s.logger(a.stderr)
+	gc := tuneGC(a.lookupEnv, s.memoryMaxBuckets)
 	m := metrics.New(s.nearLimitRatio)
 
 	cfg, warnings, err := descriptors.Load(s.config)
@@ -108,7 +109,8 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	go func() { defer close(watching); rls.WatchStore(ctx, st, hs, log, answersAnyway) }()
 	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"tls", s.grpcTLSCert != "", "store", s.store, "failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()))
+		"tls", s.grpcTLSCert != "", "store", s.store, "failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()),
+		"gogc", gc.describePercent(), "gomemlimit", gc.describeLimit())
 	if a.ready != nil {
 		a.ready(grpcLis.Addr(), httpLis.Addr())
 	}

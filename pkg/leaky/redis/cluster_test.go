@@ -22,9 +22,11 @@ import (
 func TestClusterMatchesMemory(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()
-	for _, mode := range []Mode{ScriptMode, TransactionsMode} {
-		t.Run(fmt.Sprint(mode), func(t *testing.T) {
-			store, err := New(Options{Connect: &ClientOptions{URL: cl.URL(), Cluster: true}, Mode: mode, CallerClock: true, Prefix: fmt.Sprintf("cm%d:", mode)})
+	for i, o := range []Options{{Mode: ScriptMode}, {Mode: ScriptMode, Pipeline: DefaultPipeline}, {Mode: TransactionsMode}} {
+		name := fmt.Sprintf("mode%d-pipeline%d", o.Mode, o.Pipeline.Limit)
+		t.Run(name, func(t *testing.T) {
+			o.Connect, o.CallerClock, o.Prefix = &ClientOptions{URL: cl.URL(), Cluster: true}, true, fmt.Sprintf("cm%d:", i)
+			store, err := New(o)
 			if err != nil {
 				t.Fatal(err)
 			}
