@@ -5,7 +5,8 @@
 # counts Redis commands per request and Redis memory per bucket, and prints
 # a table with ratios to the null ceiling. See docs/performance.md.
 #
-# Needs go, redis-server and redis-cli. Settings (environment):
+# Needs Linux (/proc, for the CPU each process spends), go, redis-server and
+# redis-cli. Settings (environment):
 #   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
 #   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)  BENCH_KEYS (10000)
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
@@ -68,13 +69,15 @@ go build -o "$work/rls-bench" ./cmd/rls-bench
 redis_port=$(free_port)
 redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no >"$work/redis.log" 2>&1 &
 pids+=($!)
+redis_pid=$!
 rcli() { redis-cli -p "$redis_port" "$@"; }
 wait_for rcli ping
 redis_version=$(rcli info server | tr -d '\r' | awk -F: '$1 == "redis_version" {print $2}')
 
-declare -A addr
+declare -A addr pid
 "$work/rls-bench" null -listen 127.0.0.1:0 >"$work/null.out" 2>&1 &
 pids+=($!)
+pid[null]=$!
 wait_for grep -q "listening on" "$work/null.out"
 addr[null]=$(awk '/listening on/ {print $3}' "$work/null.out")
 
@@ -87,6 +90,7 @@ start_rls() {
 	"$work/envoy-rls" -config scripts/bench.yaml -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
 		-watch-config=false "$@" >"$work/$name.log" 2>&1 &
 	pids+=($!)
+	pid[$name]=$!
 	wait_for "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc"
 	addr[$name]=127.0.0.1:$grpc
 }
@@ -110,25 +114,36 @@ top_commands() {
 		END { print n + 0 }'
 }
 
+# cpu_us PID prints the CPU time, user and system, a process has used (µs).
+hz=$(getconf CLK_TCK)
+cpu_us() { awk -v hz="$hz" '{ printf "%d", ($14 + $15) * 1000000 / hz }' "/proc/$1/stat"; }
+
 # field NAME reads a column of a tsv report by its header.
 field() {
 	awk -F'\t' -v name="$1" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i } NR == 2 { print $col[name] }' "$2"
 }
 
-echo -e "target\tround\trps\tp50_us\tp99_us\terrors\tover_limit\tcmds_per_req" >"$work/runs.tsv"
+echo -e "target\tround\trps\tp50_us\tp99_us\terrors\tover_limit\tcmds_per_req\tload_cpu\tserver_cpu\tredis_cpu" >"$work/runs.tsv"
 for round in $(seq "$rounds"); do
 	for t in $targets; do
 		before=$(top_commands)
+		server0=$(cpu_us "${pid[$t]}")
+		redis0=$(cpu_us "$redis_pid")
 		"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$warmup" \
 			-c "$concurrency" -conns "$conns" -keys "$keys" -descriptor "$descriptor" -format tsv >"$work/out.tsv"
+		server1=$(cpu_us "${pid[$t]}")
+		redis1=$(cpu_us "$redis_pid")
 		after=$(top_commands)
 		sent=$(field sent "$work/out.tsv")
 		per="-"
 		if [[ $t == redis* ]]; then
 			per=$(awk -v d=$((after - before)) -v n="$sent" 'BEGIN { printf "%.3f", d / n }')
 		fi
+		server_cpu=$(awk -v d=$((server1 - server0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
+		redis_cpu=$(awk -v d=$((redis1 - redis0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
 		row="$t\t$round\t$(field rps "$work/out.tsv")\t$(field p50_us "$work/out.tsv")\t$(field p99_us "$work/out.tsv")"
 		row+="\t$(field errors "$work/out.tsv")\t$(field over_limit "$work/out.tsv")\t$per"
+		row+="\t$(field cpu_us_per_call "$work/out.tsv")\t$server_cpu\t$redis_cpu"
 		echo -e "$row" >>"$work/runs.tsv"
 		log "round $round/$rounds $t: $(field rps "$work/out.tsv") req/s, p99 $(field p99_us "$work/out.tsv") µs"
 	done
@@ -160,9 +175,10 @@ awk -F'\t' -v targets="$targets" '
 		rps[k] = rps[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5
 		err[k] += $6; over[k] += $7
 		if ($8 != "-") cmds[k] = cmds[k] " " $8
+		lc[k] = lc[k] " " $9; sc[k] = sc[k] " " $10; rc[k] = rc[k] " " $11
 	}
 	END {
-		printf "%-16s %9s %8s %9s %9s %8s %7s %10s\n", "target", "req/s", "vs null", "p50 ms", "p99 ms", "p99/null", "errors", "cmds/req"
+		printf "%-16s %9s %8s %9s %9s %8s %7s %10s   %s\n", "target", "req/s", "vs null", "p50 ms", "p99 ms", "p99/null", "errors", "cmds/req", "CPU µs/req: load server redis"
 		nt = split(targets, ts, " ")
 		base = ("null" in n) ? median(rps["null"], n["null"]) : 0
 		base99 = ("null" in n) ? median(p99["null"], n["null"]) : 0
@@ -172,7 +188,8 @@ awk -F'\t' -v targets="$targets" '
 			c = (k in cmds) ? sprintf("%.3f", median(cmds[k], n[k])) : "-"
 			vs = base ? sprintf("%.0f%%", 100 * r / base) : "-"
 			v99 = base99 ? sprintf("%.2fx", q99 / base99) : "-"
-			printf "%-16s %9.0f %8s %9.2f %9.2f %8s %7d %10s\n", k, r, vs, q50 / 1000, q99 / 1000, v99, err[k], c
+			cpu = sprintf("%5.1f %6.1f %5.1f", median(lc[k], n[k]), median(sc[k], n[k]), median(rc[k], n[k]))
+			printf "%-16s %9.0f %8s %9.2f %9.2f %8s %7d %10s   %s\n", k, r, vs, q50 / 1000, q99 / 1000, v99, err[k], c, cpu
 		}
 	}' "$work/runs.tsv"
 echo

@@ -85,13 +85,14 @@ func TestLoadTextAndTSV(t *testing.T) {
 		t.Fatalf("tsv has %d lines, want 2:\n%s", len(lines), stdout.String())
 	}
 	head, vals := strings.Split(lines[0], "\t"), strings.Split(lines[1], "\t")
-	if len(head) != len(vals) || head[0] != "requests" || head[11] != "errors" || head[12] != "sent" {
+	if len(head) != len(vals) || head[0] != "requests" || head[11] != "errors" || head[12] != "sent" || head[13] != "cpu_us_per_call" {
 		t.Fatalf("tsv header %q values %q", head, vals)
 	}
 	n, err := strconv.Atoi(vals[0])
 	sent, _ := strconv.Atoi(vals[12])
-	if err != nil || n <= 0 || vals[11] != "0" || sent <= n {
-		t.Errorf("tsv values %q: want requests > 0, 0 errors, and more sent (warmup)", vals)
+	cpu, _ := strconv.ParseFloat(vals[13], 64)
+	if err != nil || n <= 0 || vals[11] != "0" || sent <= n || cpu <= 0 {
+		t.Errorf("tsv values %q: want requests > 0, 0 errors, more sent (warmup) and CPU used", vals)
 	}
 
 	stdout.Reset()

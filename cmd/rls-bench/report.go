@@ -17,7 +17,8 @@ import (
 // call, failed ones included, so timeouts show in the tail.
 type result struct {
 	requests          int64
-	sent              int64 // calls made, warmup included
+	sent              int64         // calls made, warmup included
+	cpu               time.Duration // this process's CPU time over the run, warmup included
 	elapsed           time.Duration
 	latencies         []time.Duration // sorted
 	ok, over, unknown int64
@@ -103,6 +104,7 @@ type jsonReport struct {
 	Unknown    int64            `json:"unknown"`
 	Errors     map[string]int64 `json:"errors"`
 	Sent       int64            `json:"sent"`
+	CPUus      float64          `json:"cpu_us_per_call"` // the load tool's own CPU per call sent
 	FirstError string           `json:"first_error,omitempty"`
 }
 
@@ -122,6 +124,9 @@ func (r *result) report() jsonReport {
 		Errors:    map[string]int64{},
 		Sent:      r.sent,
 	}
+	if r.sent > 0 {
+		j.CPUus = micros(r.cpu) / float64(r.sent)
+	}
 	for c, n := range r.errs {
 		j.Errors[c.String()] = n
 	}
@@ -138,10 +143,10 @@ func writeReport(w io.Writer, cfg loadConfig, r *result) error {
 	case "tsv":
 		j := r.report()
 		_, err := fmt.Fprintf(w,
-			"requests\tseconds\trps\tp50_us\tp90_us\tp99_us\tp999_us\tmax_us\tok\tover_limit\tunknown\terrors\tsent\n"+
-				"%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%d\n",
+			"requests\tseconds\trps\tp50_us\tp90_us\tp99_us\tp999_us\tmax_us\tok\tover_limit\tunknown\terrors\tsent\tcpu_us_per_call\n"+
+				"%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%.1f\n",
 			j.Requests, j.Seconds, j.RPS, j.P50us, j.P90us, j.P99us, j.P999us, j.MaxUs,
-			j.OK, j.OverLimit, j.Unknown, r.errorCount(), j.Sent)
+			j.OK, j.OverLimit, j.Unknown, r.errorCount(), j.Sent, j.CPUus)
 		return err
 	default:
 		return writeText(w, cfg, r)

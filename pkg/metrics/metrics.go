@@ -34,8 +34,8 @@ type Metrics struct {
 	registry  *prometheus.Registry
 	nearRatio float64
 
-	calls          *prometheus.CounterVec
-	decisions      *prometheus.CounterVec
+	calls          counterCache[callKey]
+	decisions      counterCache[decisionKey]
 	storeDuration  prometheus.Histogram
 	storeErrors    prometheus.Counter
 	cacheHits      prometheus.Counter
@@ -56,14 +56,14 @@ func New(nearLimitRatio float64) *Metrics {
 	m := &Metrics{
 		registry:  prometheus.NewRegistry(),
 		nearRatio: nearLimitRatio,
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+		calls: counterCache[callKey]{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_calls_total",
 			Help: "ShouldRateLimit calls, by domain (\"(unknown)\" for domains not in the config) and outcome: OK, OVER_LIMIT or a gRPC error code.",
-		}, []string{"domain", "code"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		}, []string{"domain", "code"})},
+		decisions: counterCache[decisionKey]{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "envoy_rls_limit_decisions_total",
 			Help: "Decisions per limit (its name, or path in the config): admitted, over_limit, shadow_would_block (a shadow limit that had no room), near_limit (admitted past the near-limit ratio; also counted as admitted).",
-		}, []string{"domain", "limit", "decision"}),
+		}, []string{"domain", "limit", "decision"})},
 		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "envoy_rls_store_duration_seconds",
 			Help:    "Time the bucket store took to decide a request.",
@@ -98,7 +98,7 @@ func New(nearLimitRatio float64) *Metrics {
 			Help: "Switches between Redis and the local memory store (failure mode local), by the store switched to.",
 		}, []string{"to"}),
 	}
-	m.registry.MustRegister(m.calls, m.decisions, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
+	m.registry.MustRegister(m.calls.vec, m.decisions.vec, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
 		m.reloads, m.lastReload, m.fallback, m.switches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, result := range []string{"success", "failure"} {
@@ -129,7 +129,7 @@ func (m *Metrics) Call(domain, outcome string) {
 	if domain == "" {
 		domain = unknownDomain
 	}
-	m.calls.WithLabelValues(domain, outcome).Inc()
+	m.calls.get(callKey{domain, outcome}, func() []string { return []string{domain, outcome} }).Inc()
 }
 
 // Limit implements rls.Observer.
@@ -137,15 +137,19 @@ func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, r *le
 	label := rule.MetricLabel(key)
 	switch {
 	case r.Admitted:
-		m.decisions.WithLabelValues(domain, label, "admitted").Inc()
+		m.decision(domain, label, "admitted")
 		if size := rule.Limit.Size; size > 0 && float64(size-r.Remaining) > m.nearRatio*float64(size) {
-			m.decisions.WithLabelValues(domain, label, "near_limit").Inc()
+			m.decision(domain, label, "near_limit")
 		}
 	case shadow:
-		m.decisions.WithLabelValues(domain, label, "shadow_would_block").Inc()
+		m.decision(domain, label, "shadow_would_block")
 	default:
-		m.decisions.WithLabelValues(domain, label, "over_limit").Inc()
+		m.decision(domain, label, "over_limit")
 	}
+}
+
+func (m *Metrics) decision(domain, limit, decision string) {
+	m.decisions.get(decisionKey{domain, limit, decision}, func() []string { return []string{domain, limit, decision} }).Inc()
 }
 
 // Store implements rls.Observer.

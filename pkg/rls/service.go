@@ -168,8 +168,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.observer.Call(domain, status.Code(err).String())
 		return nil, err
 	}
-	s.observer.Call(domain, resp.GetOverallCode().String())
+	s.observer.Call(domain, codeName(resp.GetOverallCode()))
 	return resp, nil
+}
+
+// codeName is c.String() without protobuf's reflection, for every call.
+func codeName(c rlsv3.RateLimitResponse_Code) string {
+	switch c {
+	case rlsv3.RateLimitResponse_OK:
+		return "OK"
+	case rlsv3.RateLimitResponse_OVER_LIMIT:
+		return "OVER_LIMIT"
+	}
+	return c.String()
 }
 
 // work is the scratch space of one request, reused across requests.
