@@ -1,7 +1,7 @@
 // Package redis is the Redis store of leaky buckets, for several service
 // replicas sharing one Redis, a Sentinel-managed Redis or a Redis Cluster.
 //
-// In the default script mode, one Lua script (a line-by-line port of
+// In the default script mode, one Lua script (a port of
 // leaky.DecideAll) reads, decides and charges all buckets of a request that
 // share a hash slot in one round trip, on the Redis server's clock, so
 // replicas with skewed clocks agree. In transactions mode, for
