@@ -452,3 +452,17 @@ func TestHealthcheck(t *testing.T) {
 		t.Fatal("healthcheck without the client certificate the server requires passed")
 	}
 }
+
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	off := startServe(t, "-config", "../../config")
+	if code, _ := off.get(t, "/debug/pprof/cmdline"); code != http.StatusNotFound {
+		t.Errorf("without -pprof: /debug/pprof/cmdline answers %d, want 404", code)
+	}
+	on := startServe(t, "-config", "../../config", "-pprof")
+	if code, body := on.get(t, "/debug/pprof/cmdline"); code != http.StatusOK || body == "" {
+		t.Errorf("with -pprof: /debug/pprof/cmdline answers %d %q, want 200", code, body)
+	}
+	if code, _ := on.get(t, "/healthz"); code != http.StatusOK {
+		t.Errorf("with -pprof: /healthz answers %d, want 200", code)
+	}
+}
