@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv}
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, listen: net.Listen}
 	os.Exit(a.run(context.Background(), os.Args[1:]))
 }
 
@@ -27,6 +27,7 @@ func main() {
 type app struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
+	listen         func(network, addr string) (net.Listener, error)
 	// ready, if set, is called once the service listens.
 	ready func(grpcAddr, httpAddr net.Addr)
 }

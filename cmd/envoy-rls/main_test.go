@@ -26,6 +26,7 @@ func testApp(env map[string]string) (*app, *bytes.Buffer, *bytes.Buffer) {
 	return &app{
 		stdout: &stdout,
 		stderr: &stderr,
+		listen: net.Listen,
 		lookupEnv: func(k string) (string, bool) {
 			v, ok := env[k]
 			return v, ok

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -59,7 +60,7 @@ func (l *lockedBuffer) String() string {
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
 	s := &server{stderr: &lockedBuffer{}, exit: make(chan int, 1)}
-	a := &app{stdout: io.Discard, stderr: s.stderr, lookupEnv: func(string) (string, bool) { return "", false }}
+	a := &app{stdout: io.Discard, stderr: s.stderr, listen: net.Listen, lookupEnv: func(string) (string, bool) { return "", false }}
 	addrs := make(chan [2]net.Addr, 1)
 	a.ready = func(g, h net.Addr) { addrs <- [2]net.Addr{g, h} }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -464,5 +465,41 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 	}
 	if code, _ := on.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("with -pprof: /healthz answers %d, want 200", code)
+	}
+}
+
+// failingListener accepts nothing: its Accept fails once closed is.
+type failingListener struct {
+	net.Listener
+	fail chan struct{}
+}
+
+func (l failingListener) Accept() (net.Conn, error) {
+	<-l.fail
+	return nil, errors.New("the listener broke")
+}
+
+func TestServeExitsWhenAServerFails(t *testing.T) {
+	a, _, stderr := testApp(nil)
+	fail := make(chan struct{})
+	a.listen = func(network, addr string) (net.Listener, error) {
+		l, err := net.Listen(network, addr)
+		return failingListener{l, fail}, err
+	}
+	a.ready = func(net.Addr, net.Addr) { close(fail) }
+	exit := make(chan int, 1)
+	go func() {
+		exit <- a.run(context.Background(), []string{"-config", "../../config", "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"})
+	}()
+	select {
+	case code := <-exit:
+		if code != exitError {
+			t.Errorf("exit %d, want %d", code, exitError)
+		}
+		if !strings.Contains(stderr.String(), "server failed") {
+			t.Errorf("stderr lacks the failure:\n%s", stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return within 10s after its server failed")
 	}
 }

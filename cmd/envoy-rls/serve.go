@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -86,12 +85,12 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	}
 	httpServer := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 
-	grpcLis, err := net.Listen("tcp", s.grpcAddr)
+	grpcLis, err := a.listen("tcp", s.grpcAddr)
 	if err != nil {
 		log.Error("cannot listen for gRPC", "addr", s.grpcAddr, "err", err)
 		return exitError
 	}
-	httpLis, err := net.Listen("tcp", s.httpAddr)
+	httpLis, err := a.listen("tcp", s.httpAddr)
 	if err != nil {
 		grpcLis.Close()
 		log.Error("cannot listen for HTTP", "addr", s.httpAddr, "err", err)
@@ -122,6 +121,9 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		log.Error("server failed", "err", err)
 		code = exitError
 	}
+	// Ends the store and config watchers (waited for on return), and gives
+	// signals their default effect back: a second SIGTERM kills at once.
+	stop()
 	hs.Shutdown() // NOT_SERVING from now on
 	if s.shutdownDelay > 0 && code == exitOK {
 		log.Info("shutting down: NOT_SERVING, still serving while load balancers drain", "delay", s.shutdownDelay)
