@@ -106,21 +106,27 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if err := applyEnv(fs, lookupEnv); err != nil {
+		return nil, err
+	}
+	return s, s.check()
+}
+
+// applyEnv sets each flag not given on the command line from its RLS_*
+// variable, if set: a flag beats its variable.
+func applyEnv(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var envErr error
+	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := envName(f.Name)
-		if v, ok := lookupEnv(name); ok && !given[f.Name] && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+		if v, ok := lookupEnv(name); ok && !given[f.Name] && err == nil {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %v", name, v, serr)
 			}
 		}
 	})
-	if envErr != nil {
-		return nil, envErr
-	}
-	return s, s.check()
+	return err
 }
 
 // envName is the variable that sets a flag: RLS_ and the name in upper case

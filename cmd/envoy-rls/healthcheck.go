@@ -18,8 +18,9 @@ import (
 
 // healthcheck asks the local server's grpc.health.v1 whether it serves:
 // exit 0 if it does, 1 if not. It is the container's HEALTHCHECK, since the
-// image has no shell. It reads -grpc-addr and TLS settings from the same
-// RLS_* variables as serve, so it reaches the server the container runs.
+// image has no shell. Its flags, too, are read from RLS_* variables when not
+// given (RLS_GRPC_ADDR is serve's too), and RLS_GRPC_TLS_CERT turns on -tls:
+// so it reaches the server the container runs.
 func (a *app) healthcheck(args []string) int {
 	fs := flag.NewFlagSet("envoy-rls healthcheck", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
@@ -32,12 +33,13 @@ func (a *app) healthcheck(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	if v, ok := a.lookupEnv(envName("grpc-addr")); ok && !given["grpc-addr"] {
-		*addr = v
+	tlsGiven := false
+	fs.Visit(func(f *flag.Flag) { tlsGiven = tlsGiven || f.Name == "tls" })
+	if err := applyEnv(fs, a.lookupEnv); err != nil {
+		fmt.Fprintf(a.stderr, "envoy-rls healthcheck: %v\n", err)
+		return exitUsage
 	}
-	if v, ok := a.lookupEnv(envName("grpc-tls-cert")); ok && v != "" && !given["tls"] {
+	if v, ok := a.lookupEnv(envName("grpc-tls-cert")); ok && v != "" && !tlsGiven {
 		*useTLS = true
 	}
 

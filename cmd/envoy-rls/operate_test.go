@@ -452,6 +452,14 @@ func TestHealthcheck(t *testing.T) {
 	if code, _ := run(env, "-timeout", "500ms"); code != exitError {
 		t.Fatal("healthcheck without the client certificate the server requires passed")
 	}
+	// As a container's HEALTHCHECK runs it: everything from the environment.
+	env["RLS_TLS_CLIENT_CERT"], env["RLS_TLS_CLIENT_KEY"] = pki.ClientCert, pki.ClientKey
+	if code, out := run(env); code != exitOK {
+		t.Fatalf("healthcheck over mutual TLS, certificate from RLS_TLS_CLIENT_*: exit %d, %s", code, out)
+	}
+	if code, _ := run(map[string]string{"RLS_TIMEOUT": "soon"}); code != exitUsage {
+		t.Errorf("RLS_TIMEOUT=soon: exit %d, want %d", code, exitUsage)
+	}
 }
 
 func TestPprofOnlyWhenAsked(t *testing.T) {
