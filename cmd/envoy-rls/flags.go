@@ -59,7 +59,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
-	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz)")
+	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, /json, /config)")
 	fs.StringVar(&s.store, "store", "memory", "bucket store: memory (one replica) or redis (several)")
 	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
 	fs.BoolVar(&s.redisCluster, "redis-cluster", false, "treat -redis-url (with extra addr= parameters) as a Redis Cluster seed list")
@@ -136,6 +136,9 @@ func envName(flagName string) string {
 }
 
 func (s *settings) check() error {
+	if _, err := redis.ParseMode(s.redisMode); err != nil {
+		return fmt.Errorf("-redis-mode: %w", err)
+	}
 	switch {
 	case s.config == "":
 		return fmt.Errorf("-config: must name a file or directory")
@@ -145,8 +148,6 @@ func (s *settings) check() error {
 		return fmt.Errorf("-response-headers: %q: want leaky, envoy or none", s.responseHeaders)
 	case s.logFormat != "text" && s.logFormat != "json":
 		return fmt.Errorf("-log-format: %q: want text or json", s.logFormat)
-	case s.redisMode != "script" && s.redisMode != "transactions":
-		return fmt.Errorf("-redis-mode: %q: want script or transactions", s.redisMode)
 	case s.pipelineLimit < 0:
 		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
 	case s.pipelineWindow < 0:

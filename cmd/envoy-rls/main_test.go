@@ -120,7 +120,7 @@ func TestCommandLineErrors(t *testing.T) {
 			"redis URL http://user:xxxxx@localhost: the scheme must be redis://, rediss://"},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-tls-ca", "ca.pem"}, nil, exitError,
 			"TLS certificate files need a rediss:// URL"},
-		{[]string{"-redis-mode", "lua"}, nil, exitUsage, `-redis-mode: "lua": want script or transactions`},
+		{[]string{"-redis-mode", "lua"}, nil, exitUsage, `-redis-mode: unknown Redis mode "lua": want script or transactions`},
 		{[]string{"-redis-pipeline-limit", "-1"}, nil, exitUsage, `-redis-pipeline-limit: must be 0 or more, got -1`},
 		{nil, map[string]string{"RLS_REDIS_PIPELINE_WINDOW": "-1ms"}, exitUsage, `-redis-pipeline-window: must not be negative, got -1ms`},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-sentinel-master", "m"}, nil, exitError,

@@ -20,8 +20,7 @@ type reloader struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
-	mu     sync.Mutex // one reload at a time
-	digest string     // of the config in force
+	mu sync.Mutex // one reload at a time
 }
 
 // watch reloads on SIGHUP and, if files is set, when the config's files
@@ -56,7 +55,7 @@ func (r *reloader) reload(reason string) {
 		return
 	}
 	r.metrics.ConfigReload(true)
-	if cfg.Digest() == r.digest {
+	if cfg.Digest() == r.svc.Config().Digest() {
 		r.log.Debug("config unchanged", "reason", reason)
 		return
 	}
@@ -64,6 +63,5 @@ func (r *reloader) reload(reason string) {
 		r.log.Warn("config: " + w.String())
 	}
 	r.svc.SetConfig(cfg)
-	r.digest = cfg.Digest()
 	r.log.Info("config reloaded", "reason", reason, "domains", len(cfg.Domains()), "files", len(cfg.Files()))
 }

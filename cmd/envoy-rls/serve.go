@@ -97,7 +97,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitError
 	}
 
-	r := &reloader{path: s.config, svc: svc, metrics: m, log: log, digest: cfg.Digest()}
+	r := &reloader{path: s.config, svc: svc, metrics: m, log: log}
 	r.watch(ctx, s.watchConfig)
 
 	failed := make(chan error, 2)
