@@ -15,8 +15,8 @@ import (
 // rejected too. The entry runs from the time read before the store was
 // asked, so it ends no later than the store's answer. Refunds make room
 // without time: a refund through this replica drops the entry; refunds
-// through others are not seen here (see the README). A new config drops
-// every entry, since its limits may be larger.
+// through others are not seen here (see the README). A new config starts a
+// new cache, since its limits may be larger.
 type overLimitCache struct {
 	seed     maphash.Seed
 	perShard int
@@ -31,7 +31,7 @@ type cacheShard struct {
 }
 
 type cacheEntry struct {
-	hits  int64     // the fewest hits known not to fit
+	hits  int64     // hits known not to fit
 	reset time.Time // until then they do not fit
 	clear time.Time // the bucket is empty by then (for the figures)
 }
@@ -49,6 +49,8 @@ func (c *overLimitCache) shard(key string) *cacheShard {
 }
 
 // get returns the entry that says hits do not fit in the bucket at now.
+// Only an entry for the same hits answers: the reset it holds is for those
+// hits, and more would need longer.
 func (c *overLimitCache) get(key string, hits int64, now time.Time) (cacheEntry, bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
@@ -58,7 +60,7 @@ func (c *overLimitCache) get(key string, hits int64, now time.Time) (cacheEntry,
 		ok = false
 	}
 	sh.mu.Unlock()
-	return e, ok && hits >= e.hits
+	return e, ok && hits == e.hits
 }
 
 func (c *overLimitCache) put(key string, e cacheEntry) {
@@ -66,7 +68,7 @@ func (c *overLimitCache) put(key string, e cacheEntry) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old, ok := sh.m[key]
-	if ok && old.hits <= e.hits && !old.reset.Before(e.reset) {
+	if ok && old.hits == e.hits && !old.reset.Before(e.reset) {
 		return // the entry held says more
 	}
 	if !ok && len(sh.m) >= c.perShard {
@@ -92,13 +94,4 @@ func (c *overLimitCache) remove(key string) {
 	sh.mu.Lock()
 	delete(sh.m, key)
 	sh.mu.Unlock()
-}
-
-func (c *overLimitCache) clear() {
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		clear(sh.m)
-		sh.mu.Unlock()
-	}
 }

@@ -245,3 +245,89 @@ func TestOverLimitCacheNeverAdmits(t *testing.T) {
 		t.Fatal("the cache answered nothing: the test proves nothing")
 	}
 }
+
+// TestOverLimitCacheOfAnOldConfig: a call decided under the old config that
+// ends after a reload must not leave its answer for the new config.
+func TestOverLimitCacheOfAnOldConfig(t *testing.T) {
+	mem, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	var block atomic.Bool
+	decided, resume := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	store := storeFunc(func(ctx context.Context, now time.Time, b []leaky.Bucket, r []leaky.Result) error {
+		calls.Add(1)
+		err := mem.Apply(ctx, now, b, r)
+		if block.Load() {
+			close(decided)
+			<-resume
+		}
+		return err
+	})
+	svc, _ := newService(t, Options{Store: store, OverLimitCacheSize: 100})
+	ctx := context.Background()
+	trade := request("api", desc("user=alice", "action=trade"))
+	for range 3 {
+		svc.ShouldRateLimit(ctx, trade)
+	}
+	block.Store(true)
+	done := make(chan string)
+	go func() {
+		resp, err := svc.ShouldRateLimit(ctx, trade)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- render(resp)
+	}()
+	<-decided
+	block.Store(false)
+	svc.SetConfig(loadConfig(t, strings.Replace(testConfig, "size: 3, drip_rate: 2s", "size: 30, drip_rate: 2s", 1)))
+	close(resume)
+	if got := <-done; !strings.HasPrefix(got, "OVER_LIMIT") {
+		t.Fatalf("the call under the old config: %s, want OVER_LIMIT", got)
+	}
+	resp, err := svc.ShouldRateLimit(ctx, trade)
+	if err != nil || !strings.HasPrefix(render(resp), "OK") || calls.Load() != 5 {
+		t.Fatalf("under the new config: %s %v after %d store calls, want OK from the store (5 calls)", render(resp), err, calls.Load())
+	}
+}
+
+// TestOverLimitCacheAnswersOnlyWhatItKnows: an entry for 1 hit does not
+// answer 2 hits (their reset is later), and a request that also checks a
+// bucket without charging it asks the store.
+func TestOverLimitCacheAnswersOnlyWhatItKnows(t *testing.T) {
+	mem, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	store := &countingStore{Store: mem}
+	svc, clk := newService(t, Options{Store: store, OverLimitCacheSize: 100})
+	ctx := context.Background()
+	call := func(req *rlsv3.RateLimitRequest) string {
+		t.Helper()
+		resp, err := svc.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return render(resp)
+	}
+	trade := desc("user=alice", "action=trade")
+	for range 4 {
+		call(request("api", trade)) // the fourth is rejected and cached
+	}
+	clk.now = t0.Add(time.Second)
+	want := call(request("api", withHits(trade, 2, false))) // from the store
+	if store.calls.Load() != 5 {
+		t.Fatalf("2 hits against an entry for 1: %d store calls, want 5", store.calls.Load())
+	}
+	if !strings.Contains(want, "reset=3s") {
+		t.Fatalf("2 hits: %s, want the store's reset of 3s", want)
+	}
+	got := call(request("api", trade, withHits(desc("user=bob"), 0, false)))
+	if store.calls.Load() != 6 || strings.Count(got, "left=") != 2 {
+		t.Fatalf("with a peek: %s after %d store calls, want the store asked (6) and the peek's figures", got, store.calls.Load())
+	}
+}

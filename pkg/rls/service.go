@@ -102,7 +102,8 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store        Store
-	config       atomic.Pointer[descriptors.Config]
+	config       atomic.Pointer[generation]
+	cacheSize    int
 	clock        func() time.Time
 	log          *slog.Logger
 	headers      Headers
@@ -110,7 +111,6 @@ type Service struct {
 	failureMode  FailureMode
 	storeTimeout time.Duration
 	shadow       bool
-	cache        *overLimitCache // nil when off
 	errLog       throttle
 	work         sync.Pool
 }
@@ -135,9 +135,7 @@ func New(opts Options) (*Service, error) {
 	s := &Service{
 		store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
 		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, shadow: opts.Shadow,
-	}
-	if opts.OverLimitCacheSize > 0 {
-		s.cache = newOverLimitCache(opts.OverLimitCacheSize)
+		cacheSize: opts.OverLimitCacheSize,
 	}
 	s.work.New = func() any { return new(work) }
 	if opts.Config != nil {
@@ -146,18 +144,31 @@ func New(opts Options) (*Service, error) {
 	return s, nil
 }
 
+// generation is a configuration and the over-limit cache of the answers
+// given under it: a new configuration starts a new cache, since its limits
+// may be larger, and calls still in flight under the old one fill the old.
+type generation struct {
+	config *descriptors.Config
+	cache  *overLimitCache // nil when off
+}
+
 // SetConfig replaces the configuration. Calls in flight finish with the
-// configuration they started with. The over-limit cache is emptied, since
-// the new limits may be larger.
+// configuration they started with.
 func (s *Service) SetConfig(c *descriptors.Config) {
-	s.config.Store(c)
-	if s.cache != nil {
-		s.cache.clear()
+	g := &generation{config: c}
+	if s.cacheSize > 0 {
+		g.cache = newOverLimitCache(s.cacheSize)
 	}
+	s.config.Store(g)
 }
 
 // Config returns the configuration in force, or nil.
-func (s *Service) Config() *descriptors.Config { return s.config.Load() }
+func (s *Service) Config() *descriptors.Config {
+	if g := s.config.Load(); g != nil {
+		return g.config
+	}
+	return nil
+}
 
 // ShouldRateLimit decides a request: OK, or OVER_LIMIT if any descriptor is
 // over a limit, with one status per descriptor and the response headers.
@@ -204,8 +215,9 @@ func (w *work) reset() {
 // decide answers a request; domain is its domain if the config has it.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, domain string, err error) {
 	var d *descriptors.Domain
-	if cfg := s.config.Load(); cfg != nil {
-		d = cfg.Domain(req.GetDomain())
+	g := s.config.Load()
+	if g != nil {
+		d = g.config.Domain(req.GetDomain())
 	}
 	if d != nil {
 		domain = d.Name
@@ -255,7 +267,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 	clear(w.skipped)
 
 	now := s.clock()
-	if s.fromCache(w, now) {
+	if fromCache(g.cache, w, now) {
 		s.observer.CacheHit()
 		return s.respond(d, w), domain, nil
 	}
@@ -272,7 +284,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		s.observer.FailureAnswer(s.failureMode)
 		return failureResponse(s.failureMode, w), domain, nil
 	}
-	s.remember(w, now)
+	remember(g.cache, w, now)
 	return s.respond(d, w), domain, nil
 }
 
@@ -293,10 +305,16 @@ func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
 
 // fromCache rejects the request if the over-limit cache knows one of its
 // buckets lacks room for its hits. The buckets it knows are answered from
-// it; the others are marked skipped.
-func (s *Service) fromCache(w *work, now time.Time) bool {
-	if s.cache == nil {
+// it; the others are marked skipped. A request that checks a bucket without
+// charging it always asks the store, which alone has its figures.
+func fromCache(cache *overLimitCache, w *work, now time.Time) bool {
+	if cache == nil {
 		return false
+	}
+	for _, b := range w.buckets {
+		if b.Hits == 0 && !b.Shadow {
+			return false
+		}
 	}
 	hit := false
 	for i, b := range w.buckets {
@@ -304,7 +322,7 @@ func (s *Service) fromCache(w *work, now time.Time) bool {
 		if b.Shadow || b.Hits <= 0 {
 			continue
 		}
-		if e, ok := s.cache.get(b.Key, b.Hits, now); ok {
+		if e, ok := cache.get(b.Key, b.Hits, now); ok {
 			hit, w.skipped[i] = true, false
 			w.results[i] = leaky.Result{Reset: e.reset.Sub(now), Clear: max(0, e.clear.Sub(now))}
 		}
@@ -317,17 +335,17 @@ func (s *Service) fromCache(w *work, now time.Time) bool {
 
 // remember caches the buckets the store found over their limit, from now,
 // read before the store was asked, and forgets the buckets given hits back.
-func (s *Service) remember(w *work, now time.Time) {
-	if s.cache == nil {
+func remember(cache *overLimitCache, w *work, now time.Time) {
+	if cache == nil {
 		return
 	}
 	for i, b := range w.buckets {
 		r := &w.results[i]
 		switch {
 		case b.Hits < 0:
-			s.cache.remove(b.Key)
+			cache.remove(b.Key)
 		case !r.Admitted && !b.Shadow && b.Hits > 0 && r.Reset > 0:
-			s.cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
+			cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
 		}
 	}
 }
