@@ -15,13 +15,7 @@ import (
 )
 
 // allOK answers a request that no limit applies to.
-func allOK(n int) *rlsv3.RateLimitResponse {
-	statuses := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
-	for i := range statuses {
-		statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	}
-	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: statuses}
-}
+func allOK(n int) *rlsv3.RateLimitResponse { return &newResponse(n).resp }
 
 // respond builds the response from the decided buckets: one status per
 // descriptor, each the most restrictive of its levels, and the headers,
@@ -35,12 +29,12 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 	for i := range n {
 		var v verdict
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
-			b := w.bucketOf[j]
-			if b < 0 || w.skipped[b] {
+			k := w.bucketOf[j]
+			if k < 0 || w.skipped[k] {
 				continue // replaced, or not decided: the cache rejected the request first
 			}
-			l, r := &w.levels[j], &w.results[b]
-			shadow := w.buckets[b].Shadow
+			l, r := &w.levels[j], &w.results[k]
+			shadow := w.buckets[k].Shadow
 			s.observer.Limit(domain.Name, l.Rule, l.Key, r, shadow)
 			if shadow {
 				if !r.Admitted {
@@ -101,9 +95,9 @@ func newResponse(n int) *response {
 // its deepest one, without figures the store could not give.
 func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
 	n := len(w.starts) - 1
-	resp := allOK(n)
+	b := newResponse(n)
 	if mode != FailDeny {
-		return resp
+		return &b.resp
 	}
 	for i := range n {
 		var deepest *descriptors.Rule
@@ -115,12 +109,12 @@ func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
 		if deepest == nil {
 			continue
 		}
-		st := resp.Statuses[i]
-		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		st.CurrentLimit = currentLimit(deepest)
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		ds := &b.statuses[i]
+		setLimit(&ds.limit, deepest)
+		ds.st.Code, ds.st.CurrentLimit = rlsv3.RateLimitResponse_OVER_LIMIT, &ds.limit
+		b.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	return resp
+	return &b.resp
 }
 
 // verdict is the most restrictive of several levels: over if any is over,
@@ -170,13 +164,7 @@ func (v *verdict) status(s *descStatus) {
 	st.DurationUntilReset = &s.reset
 }
 
-// currentLimit reports a rule as the response's current_limit.
-func currentLimit(r *descriptors.Rule) *rlsv3.RateLimitResponse_RateLimit {
-	l := &rlsv3.RateLimitResponse_RateLimit{}
-	setLimit(l, r)
-	return l
-}
-
+// setLimit reports a rule as the response's current_limit.
 func setLimit(l *rlsv3.RateLimitResponse_RateLimit, r *descriptors.Rule) {
 	l.Name = r.Name
 	l.RequestsPerUnit = r.Rate.RequestsPerUnit
@@ -194,52 +182,46 @@ const (
 	headerRetryAfter = "Retry-After"
 )
 
-// headers returns the response headers; all of them, or only those that
-// Envoy's own X-RateLimit headers lack.
-// headers returns the response headers, in b. Their values are formatted
-// into one buffer, made a string once and sliced.
+// headers returns the response headers, in b: all of them, or only those
+// that Envoy's own X-RateLimit headers lack. Their values are formatted into
+// one buffer, made a string once and sliced.
 func (v *verdict) headers(b *response, all bool) []*corev3.HeaderValue {
 	var (
 		buf  [96]byte
-		keys [4]string
 		ends [4]int
 		n    int
 	)
 	text := buf[:0]
-	add := func(key string, value []byte) {
-		keys[n], ends[n] = key, len(value)
+	add := func(key string) {
+		b.headers[n].Key, ends[n] = key, len(text)
 		n++
 	}
 	if all {
 		text = strconv.AppendInt(text, v.remaining, 10)
-		add(headerRemaining, text)
+		add(headerRemaining)
 	}
 	text = appendSeconds(text, v.clear)
-	add(headerClear, text)
+	add(headerClear)
 	if v.over {
 		if all {
 			text = appendSeconds(text, v.reset)
-			add(headerReset, text)
+			add(headerReset)
 		}
 		text = strconv.AppendInt(text, wholeSeconds(v.reset), 10)
-		add(headerRetryAfter, text)
+		add(headerRetryAfter)
 	}
 	values := string(text)
 	h := b.headerPtrs[:n]
 	start := 0
 	for i := range n {
-		b.headers[i].Key, b.headers[i].Value = keys[i], values[start:ends[i]]
+		b.headers[i].Value = values[start:ends[i]]
 		h[i], start = &b.headers[i], ends[i]
 	}
 	return h
 }
 
-// seconds formats d in seconds with up to three decimals, rounded up so
-// that a client waiting that long is never early: 1.5, 0.755, 2.
-func seconds(d time.Duration) string {
-	return string(appendSeconds(nil, d))
-}
-
+// appendSeconds formats d in seconds with up to three decimals, rounded up
+// so that a client waiting that long is never early: 1.5, 0.755, 2.
 func appendSeconds(b []byte, d time.Duration) []byte {
 	ms := (d + time.Millisecond - 1) / time.Millisecond
 	b = strconv.AppendInt(b, int64(ms/1000), 10)

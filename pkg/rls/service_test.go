@@ -255,8 +255,8 @@ func TestSecondsFormat(t *testing.T) {
 		{time.Hour, "3600", 3600},
 	}
 	for _, c := range cases {
-		if got := seconds(c.d); got != c.want {
-			t.Errorf("seconds(%s) = %q, want %q", c.d, got, c.want)
+		if got := string(appendSeconds(nil, c.d)); got != c.want {
+			t.Errorf("appendSeconds(%s) = %q, want %q", c.d, got, c.want)
 		}
 		if got := wholeSeconds(c.d); got != c.sec {
 			t.Errorf("wholeSeconds(%s) = %d, want %d", c.d, got, c.sec)
