@@ -30,8 +30,9 @@ type Primary interface {
 type Options struct {
 	// Local configures the memory store used while Primary fails.
 	Local memory.Options
-	// Timeout caps every Primary call, so that a slow Primary leaves time to
-	// decide locally within the call's deadline; 0 for no cap.
+	// Timeout caps every Primary call; 0 for no cap. A call with a deadline
+	// gives Primary at most half of the time it has left, keeping the
+	// other half to decide locally if Primary is slow.
 	Timeout time.Duration
 	// OnSwitch, if set, is told of every switch: toLocal true when requests
 	// go to the local store, false when they go back to Primary.
@@ -64,8 +65,8 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		return l.Apply(ctx, now, buckets, results)
 	}
 	pctx, cancel := ctx, context.CancelFunc(func() {})
-	if s.opts.Timeout > 0 {
-		pctx, cancel = context.WithTimeout(ctx, s.opts.Timeout)
+	if budget := s.primaryBudget(ctx); budget > 0 {
+		pctx, cancel = context.WithTimeout(ctx, budget)
 	}
 	err := s.primary.Apply(pctx, now, buckets, results)
 	cancel()
@@ -77,6 +78,19 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		return errors.Join(err, serr)
 	}
 	return l.Apply(ctx, now, buckets, results)
+}
+
+// primaryBudget is how long Primary may take for a call: the timeout, and
+// at most half of what the call has left (Envoy's deadline, 20 ms by
+// default, usually ends before the timeout); 0 for no limit.
+func (s *Store) primaryBudget(ctx context.Context) time.Duration {
+	budget := s.opts.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		if half := max(time.Until(dl)/2, time.Nanosecond); budget == 0 || half < budget {
+			budget = half
+		}
+	}
+	return budget
 }
 
 // Check asks Primary whether it answers, and switches accordingly. It

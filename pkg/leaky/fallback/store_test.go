@@ -106,3 +106,29 @@ func TestEndedCallDoesNotSwitch(t *testing.T) {
 		t.Fatal("a call that had ended switched the store to local")
 	}
 }
+
+// slowPrimary answers only when the call has ended.
+type slowPrimary struct{ primary }
+
+func (p *slowPrimary) Apply(ctx context.Context, _ time.Time, _ []leaky.Bucket, _ []leaky.Result) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestSlowPrimaryLeavesTimeToDecideLocally: with a deadline shorter than
+// the timeout (Envoy's 20 ms against 100 ms), a Primary that does not
+// answer gets half the time, and the call is decided locally in the rest.
+func TestSlowPrimaryLeavesTimeToDecideLocally(t *testing.T) {
+	s := New(&slowPrimary{}, Options{Timeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+	defer cancel()
+	r := make([]leaky.Result, 1)
+	b := []leaky.Bucket{{Key: "k", Limit: leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
+	if err := s.Apply(ctx, time.Now(), b, r); err != nil {
+		t.Fatalf("a slow primary within the call's deadline: %v, want a local answer", err)
+	}
+	if !s.Local() || !r[0].Admitted {
+		t.Fatalf("local %v, result %+v: want decided locally", s.Local(), r[0])
+	}
+}
