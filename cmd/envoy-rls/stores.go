@@ -28,7 +28,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 	if s.store == "memory" {
 		st, err := memory.New(memOpts)
 		if err == nil {
-			m.WatchBuckets(st.Len)
+			m.WatchBuckets(st.Len, st.Evictions)
 		}
 		return st, err
 	}
@@ -56,7 +56,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		return st, err
 	}
 	fb := fallback.New(st, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
-	m.WatchBuckets(fb.Len)
+	m.WatchBuckets(fb.Len, nil) // a local store lives for one outage: no running count
 	return fb, nil
 }
 

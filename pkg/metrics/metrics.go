@@ -116,12 +116,19 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // WatchBuckets exports the number of buckets of the memory store, read
-// with count when scraped.
-func (m *Metrics) WatchBuckets(count func() int) {
+// at each scrape, and if evictions is not nil, how many live buckets it
+// dropped to make room (a sign that -memory-max-buckets is too small).
+func (m *Metrics) WatchBuckets(count func() int, evictions func() uint64) {
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "envoy_rls_memory_buckets",
 		Help: "Buckets held by the in-memory store (expired ones not yet swept included).",
 	}, func() float64 { return float64(count()) }))
+	if evictions != nil {
+		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "envoy_rls_memory_evictions_total",
+			Help: "Live buckets the in-memory store dropped to stay within -memory-max-buckets.",
+		}, func() float64 { return float64(evictions()) }))
+	}
 }
 
 // Call implements rls.Observer.

@@ -63,7 +63,7 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]entry
-	_  [40]byte // keeps neighbouring shards' mutexes off one cache line
+	_  [64 - 16]byte // with the mutex and map pointer, a 64-byte cache line: no two shards' mutexes share one
 }
 
 type entry struct {
