@@ -18,6 +18,11 @@ type nullServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 }
 
+// serviceGCPercent is the GOGC envoy-rls runs with unless GOGC is set
+// (gcPercent in cmd/envoy-rls): the ceiling runs with it too, so that the
+// two differ only in the service's own work.
+const serviceGCPercent = 400
+
 // okResponse is shared by all calls: gRPC only reads it to marshal it.
 var okResponse = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 
@@ -50,10 +55,8 @@ func runNull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rls-bench null: %v\n", err)
 		return exitError
 	}
-	// envoy-rls runs with GOGC=400 unless GOGC is set; so does the ceiling,
-	// so that the two differ only in the service's own work.
 	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(400)
+		debug.SetGCPercent(serviceGCPercent)
 	}
 	srv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv, nullServer{})
