@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -39,19 +40,10 @@ type ClientOptions struct {
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 }
 
-// or returns v, or else fallback when v is zero.
-func or[T comparable](v, fallback T) T {
-	var zero T
-	if v == zero {
-		return fallback
-	}
-	return v
-}
-
 // NewClient returns a client for o. It does not connect: the first command
-// does. A failed dial is not retried, so that a call fails fast while Redis
-// is down. (Scripts are never retried either, see runScript; in a Cluster,
-// go-redis still follows MOVED and ASK redirects.)
+// does. Single, Sentinel and Cluster clients get the same settings (see
+// apply): no retried dials or commands. (In a Cluster, go-redis still
+// follows MOVED and ASK redirects.)
 func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 	u, err := url.Parse(o.URL)
 	if err != nil {
@@ -83,59 +75,77 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis Cluster URL %s: %w", u.Redacted(), err)
 		}
-		if opts.TLSConfig, err = tlsConfig(opts.TLSConfig, o); err != nil {
+		if err := o.apply(settings{&opts.TLSConfig, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
+			&opts.PoolSize, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout}); err != nil {
 			return nil, err
 		}
-		opts.ContextTimeoutEnabled = true
-		opts.DialerRetries = 1
-		opts.PoolSize = or(o.PoolSize, opts.PoolSize)
-		opts.DialTimeout = or(o.DialTimeout, opts.DialTimeout)
-		opts.ReadTimeout = or(o.ReadTimeout, opts.ReadTimeout)
-		opts.WriteTimeout = or(o.WriteTimeout, opts.WriteTimeout)
 		return goredis.NewClusterClient(opts), nil
 	case o.SentinelMaster != "":
-		opts, err := goredis.ParseURL(o.URL)
+		p, err := goredis.ParseURL(o.URL)
 		if err != nil {
 			return nil, fmt.Errorf("redis URL %s: %w", u.Redacted(), err)
 		}
-		tc, err := tlsConfig(opts.TLSConfig, o)
-		if err != nil {
+		opts := &goredis.FailoverOptions{
+			MasterName:       o.SentinelMaster,
+			SentinelAddrs:    o.SentinelAddrs,
+			SentinelPassword: o.SentinelPassword,
+			Username:         p.Username,
+			Password:         p.Password,
+			DB:               p.DB,
+			TLSConfig:        p.TLSConfig,
+			ClientName:       p.ClientName,
+			PoolSize:         p.PoolSize,
+			DialTimeout:      p.DialTimeout,
+			ReadTimeout:      p.ReadTimeout,
+			WriteTimeout:     p.WriteTimeout,
+		}
+		if err := o.apply(settings{&opts.TLSConfig, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
+			&opts.PoolSize, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout}); err != nil {
 			return nil, err
 		}
-		return goredis.NewFailoverClient(&goredis.FailoverOptions{
-			MasterName:            o.SentinelMaster,
-			SentinelAddrs:         o.SentinelAddrs,
-			SentinelPassword:      o.SentinelPassword,
-			Username:              opts.Username,
-			Password:              opts.Password,
-			DB:                    opts.DB,
-			TLSConfig:             tc,
-			ClientName:            opts.ClientName,
-			ContextTimeoutEnabled: true,
-			MaxRetries:            -1,
-			DialerRetries:         1,
-			PoolSize:              or(o.PoolSize, opts.PoolSize),
-			DialTimeout:           or(o.DialTimeout, opts.DialTimeout),
-			ReadTimeout:           or(o.ReadTimeout, opts.ReadTimeout),
-			WriteTimeout:          or(o.WriteTimeout, opts.WriteTimeout),
-		}), nil
+		return goredis.NewFailoverClient(opts), nil
 	default:
 		opts, err := goredis.ParseURL(o.URL)
 		if err != nil {
 			return nil, fmt.Errorf("redis URL %s: %w", u.Redacted(), err)
 		}
-		if opts.TLSConfig, err = tlsConfig(opts.TLSConfig, o); err != nil {
+		if err := o.apply(settings{&opts.TLSConfig, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
+			&opts.PoolSize, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout}); err != nil {
 			return nil, err
 		}
-		opts.ContextTimeoutEnabled = true
-		opts.MaxRetries = -1
-		opts.DialerRetries = 1
-		opts.PoolSize = or(o.PoolSize, opts.PoolSize)
-		opts.DialTimeout = or(o.DialTimeout, opts.DialTimeout)
-		opts.ReadTimeout = or(o.ReadTimeout, opts.ReadTimeout)
-		opts.WriteTimeout = or(o.WriteTimeout, opts.WriteTimeout)
 		return goredis.NewClient(opts), nil
 	}
+}
+
+// settings point at the fields of one kind of go-redis options (single,
+// Sentinel or Cluster) that every client of the store sets alike.
+type settings struct {
+	tls                                    **tls.Config
+	contextTimeout                         *bool
+	maxRetries, dialerRetries, poolSize    *int
+	dialTimeout, readTimeout, writeTimeout *time.Duration
+}
+
+// apply sets what the store needs of every client, over the URL's values:
+// the call's deadline bounds each command; a failed dial is not retried, so
+// that a call fails fast while Redis is down; and no command is sent twice
+// (-1), whatever the URL's max_retries, since a script whose reply was lost
+// may have charged (scripts are also marked noRetry). The TLS files, sizes
+// and timeouts of o replace the URL's where given.
+func (o ClientOptions) apply(s settings) error {
+	tc, err := tlsConfig(*s.tls, o)
+	if err != nil {
+		return err
+	}
+	*s.tls = tc
+	*s.contextTimeout = true
+	*s.maxRetries = -1
+	*s.dialerRetries = 1
+	*s.poolSize = cmp.Or(o.PoolSize, *s.poolSize)
+	*s.dialTimeout = cmp.Or(o.DialTimeout, *s.dialTimeout)
+	*s.readTimeout = cmp.Or(o.ReadTimeout, *s.readTimeout)
+	*s.writeTimeout = cmp.Or(o.WriteTimeout, *s.writeTimeout)
+	return nil
 }
 
 // tlsConfig adds the CA and client certificate files to the TLS settings of
