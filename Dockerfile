@@ -15,7 +15,8 @@ COPY --from=build /out/envoy-rls /envoy-rls
 COPY config /config
 WORKDIR /
 USER 65532:65532
-# 8081: RLS v3 gRPC (and grpc.health.v1); 8080: /healthz, /readyz, /metrics, /json, /config.
+# 8081: RLS v3 gRPC (and grpc.health.v1); 8080: /healthz, /readyz, /metrics, POST /json.
+# The admin address (/config, profiles) listens on the container's loopback, 127.0.0.1:6070.
 EXPOSE 8081 8080
 # The image has no shell: the binary probes its own gRPC health.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["/envoy-rls", "healthcheck"]

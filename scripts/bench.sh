@@ -88,7 +88,7 @@ start_rls() {
 	shift
 	grpc=$(free_port)
 	http=$(free_port)
-	"$work/envoy-rls" -config scripts/bench.yaml -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" \
+	"$work/envoy-rls" -config scripts/bench.yaml -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" -admin-addr "" \
 		-watch-config=false "$@" >"$work/$name.log" 2>&1 &
 	pids+=($!)
 	pid[$name]=$!

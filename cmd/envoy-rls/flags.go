@@ -13,13 +13,22 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 )
 
+// minMemoryBytes is the smallest -memory-max-bytes: below it the memory
+// store's shards would hold a handful of buckets each.
+const minMemoryBytes = 1 << 20
+
+var minMemoryBytesFlag = byteSize(minMemoryBytes)
+
 // settings are the serve command's flags, after the environment.
 type settings struct {
 	config            string
 	grpcAddr          string
 	httpAddr          string
+	adminAddr         string
+	httpJSON          optionalBool
 	store             string
 	redisURL          string
+	redisPasswordFile string
 	redisCluster      bool
 	redisMode         string
 	sentinelMaster    string
@@ -37,6 +46,10 @@ type settings struct {
 	pipelineLimit     int
 	pipelineWindow    time.Duration
 	memoryMaxBuckets  int
+	memoryMaxBytes    byteSize
+	maxDescriptors    int
+	maxEntries        int
+	maxEntryBytes     int
 	responseHeaders   string
 	logLevel          string
 	logFormat         string
@@ -59,9 +72,12 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
-	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, /json, /config)")
+	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
+	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, /debug/pprof/ with -pprof); keep it private; empty turns it off")
+	fs.Var(&s.httpJSON, "http-json", "serve POST /json on the HTTP address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since /json has none")
 	fs.StringVar(&s.store, "store", "memory", "bucket store: memory (one replica) or redis (several)")
 	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
+	fs.StringVar(&s.redisPasswordFile, "redis-password-file", "", "`file` holding the Redis password (a mounted Secret), used instead of the -redis-url's; a trailing newline is dropped")
 	fs.BoolVar(&s.redisCluster, "redis-cluster", false, "treat -redis-url (with extra addr= parameters) as a Redis Cluster seed list")
 	fs.StringVar(&s.redisMode, "redis-mode", "script", "script (one Lua call per request) or transactions (WATCH/MULTI/EXEC, for servers without scripting)")
 	fs.StringVar(&s.sentinelMaster, "redis-sentinel-master", "", "reach Redis through Sentinel: the master's `name`")
@@ -78,12 +94,20 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 0, "time to wait for a Redis reply (a call's own deadline applies too); 0 for the URL's read_timeout, or 3s")
 	fs.DurationVar(&s.redisWriteTimeout, "redis-write-timeout", 0, "time to send a Redis command; 0 for the URL's write_timeout, or the read timeout")
 	fs.IntVar(&s.memoryMaxBuckets, "memory-max-buckets", memory.DefaultMaxBuckets, "most buckets the memory store keeps; beyond, those nearest to empty are dropped")
+	s.memoryMaxBytes = 256 << 20 // WIRE memory.DefaultMaxBytes
+	fs.Var(&s.memoryMaxBytes, "memory-max-bytes", "most `bytes` the memory store (and, with Redis, the local over-limit cache and the local fallback) keep, counting keys and per-bucket overhead, e.g. 256MiB")
+	fs.IntVar(&s.maxDescriptors, "max-descriptors", 64, // WIRE
+		"most descriptors in one request; more is InvalidArgument")
+	fs.IntVar(&s.maxEntries, "max-entries", 32, // WIRE
+		"most entries in one descriptor; more is InvalidArgument")
+	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", 4096, // WIRE
+		"most bytes in one entry's key or value; more is InvalidArgument")
 	fs.StringVar(&s.responseHeaders, "response-headers", "leaky", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers) or none")
 	fs.StringVar(&s.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
 	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
-	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the HTTP address (to find where time goes; keep that port private)")
+	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the admin address (to find where time goes)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.StringVar(&s.failureMode, "failure-mode", "unavailable", "when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
 	fs.DurationVar(&s.storeTimeout, "store-timeout", 100*time.Millisecond, "cap on every store call; a call's own deadline applies too")
@@ -158,6 +182,12 @@ func (s *settings) check() error {
 		return fmt.Errorf("-redis-dial-timeout, -redis-read-timeout and -redis-write-timeout must not be negative")
 	case s.memoryMaxBuckets < 1:
 		return fmt.Errorf("-memory-max-buckets: must be at least 1, got %d", s.memoryMaxBuckets)
+	case s.memoryMaxBytes < minMemoryBytes:
+		return fmt.Errorf("-memory-max-bytes: must be at least %s, got %s", &minMemoryBytesFlag, &s.memoryMaxBytes)
+	case s.maxDescriptors < 1 || s.maxEntries < 1 || s.maxEntryBytes < 1:
+		return fmt.Errorf("-max-descriptors, -max-entries and -max-entry-bytes must be at least 1")
+	case s.pprof && s.adminAddr == "":
+		return fmt.Errorf("-pprof serves on the admin address: it needs -admin-addr")
 	case s.shutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout: must be positive, got %s", s.shutdownTimeout)
 	case s.shutdownDelay < 0:

@@ -28,8 +28,9 @@ type app struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
 	listen         func(network, addr string) (net.Listener, error)
-	// ready, if set, is called once the service listens.
-	ready func(grpcAddr, httpAddr net.Addr)
+	// ready, if set, is called once the service listens and its health
+	// status is known.
+	ready func(listenAddrs)
 }
 
 // Exit codes.

@@ -164,17 +164,17 @@ func TestHelp(t *testing.T) {
 // real SIGTERM.
 func TestServe(t *testing.T) {
 	a, _, stderr := testApp(map[string]string{"RLS_GRPC_ADDR": "127.0.0.1:0"})
-	addrs := make(chan [2]net.Addr, 1)
-	a.ready = func(g, h net.Addr) { addrs <- [2]net.Addr{g, h} }
+	addrs := make(chan listenAddrs, 1)
+	a.ready = func(l listenAddrs) { addrs <- l }
 	exit := make(chan int, 1)
 	go func() {
-		exit <- a.run(context.Background(), []string{"-config", "../../config", "-http-addr", "127.0.0.1:0"})
+		exit <- a.run(context.Background(), []string{"-config", "../../config", "-http-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"})
 	}()
 
 	var grpcAddr, httpAddr net.Addr
 	select {
 	case got := <-addrs:
-		grpcAddr, httpAddr = got[0], got[1]
+		grpcAddr, httpAddr = got.grpc, got.http
 	case code := <-exit:
 		t.Fatalf("serve exited with %d:\n%s", code, stderr)
 	case <-time.After(10 * time.Second):

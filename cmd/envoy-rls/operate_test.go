@@ -33,6 +33,7 @@ import (
 // server is envoy-rls serve running in-process.
 type server struct {
 	grpcAddr, httpAddr string
+	adminAddr          string
 	stderr             *lockedBuffer
 	cancel             context.CancelFunc
 	exit               chan int
@@ -61,16 +62,19 @@ func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
 	s := &server{stderr: &lockedBuffer{}, exit: make(chan int, 1)}
 	a := &app{stdout: io.Discard, stderr: s.stderr, listen: net.Listen, lookupEnv: func(string) (string, bool) { return "", false }}
-	addrs := make(chan [2]net.Addr, 1)
-	a.ready = func(g, h net.Addr) { addrs <- [2]net.Addr{g, h} }
+	addrs := make(chan listenAddrs, 1)
+	a.ready = func(l listenAddrs) { addrs <- l }
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() {
-		s.exit <- a.run(ctx, append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"}, args...))
+		s.exit <- a.run(ctx, append([]string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, args...))
 	}()
 	select {
 	case got := <-addrs:
-		s.grpcAddr, s.httpAddr = got[0].String(), got[1].String()
+		s.grpcAddr, s.httpAddr = got.grpc.String(), got.http.String()
+		if got.admin != nil {
+			s.adminAddr = got.admin.String()
+		}
 	case code := <-s.exit:
 		t.Fatalf("serve exited with %d:\n%s", code, s.stderr)
 	case <-time.After(10 * time.Second):
@@ -121,9 +125,21 @@ func code(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequ
 }
 
 // httpGet returns the status and body of a GET.
+// get asks the HTTP address for path.
 func (s *server) get(t *testing.T, path string) (int, string) {
 	t.Helper()
-	r, err := http.Get("http://" + s.httpAddr + path)
+	return httpGet(t, "http://"+s.httpAddr+path)
+}
+
+// admin asks the admin address for path.
+func (s *server) admin(t *testing.T, path string) (int, string) {
+	t.Helper()
+	return httpGet(t, "http://"+s.adminAddr+path)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	r, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,13 +233,13 @@ func TestConfigReload(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), "api.yaml:4: descriptors[0].leaky_bucket.size: must be between 0") {
 		t.Fatalf("the invalid config is not logged with its line:\n%s", s.stderr)
 	}
-	if _, body := s.get(t, "/config"); !strings.Contains(body, `"size": 3`) {
+	if _, body := s.admin(t, "/config"); !strings.Contains(body, `"size": 3`) {
 		t.Fatalf("/config after a failed reload:\n%s", body)
 	}
 
 	// SIGHUP reloads too.
 	writeConfigMap(t, dir, limitConfig(7))
-	eventually(t, "the fixed config in force", func() bool { _, body := s.get(t, "/config"); return strings.Contains(body, `"size": 7`) })
+	eventually(t, "the fixed config in force", func() bool { _, body := s.admin(t, "/config"); return strings.Contains(body, `"size": 7`) })
 	successes := s.metric(t, `envoy_rls_config_reloads_total{result="success"}`)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
@@ -320,7 +336,7 @@ func TestMetricsJSONAndConfigEndpoints(t *testing.T) {
 		}
 	}
 
-	st, body := s.get(t, "/config")
+	st, body := s.admin(t, "/config")
 	var cfg struct {
 		Domains []struct {
 			Domain      string            `json:"domain"`
@@ -462,20 +478,6 @@ func TestHealthcheck(t *testing.T) {
 	}
 }
 
-func TestPprofOnlyWhenAsked(t *testing.T) {
-	off := startServe(t, "-config", "../../config")
-	if code, _ := off.get(t, "/debug/pprof/cmdline"); code != http.StatusNotFound {
-		t.Errorf("without -pprof: /debug/pprof/cmdline answers %d, want 404", code)
-	}
-	on := startServe(t, "-config", "../../config", "-pprof")
-	if code, body := on.get(t, "/debug/pprof/cmdline"); code != http.StatusOK || body == "" {
-		t.Errorf("with -pprof: /debug/pprof/cmdline answers %d %q, want 200", code, body)
-	}
-	if code, _ := on.get(t, "/healthz"); code != http.StatusOK {
-		t.Errorf("with -pprof: /healthz answers %d, want 200", code)
-	}
-}
-
 // failingListener accepts nothing: its Accept fails once closed is.
 type failingListener struct {
 	net.Listener
@@ -494,10 +496,10 @@ func TestServeExitsWhenAServerFails(t *testing.T) {
 		l, err := net.Listen(network, addr)
 		return failingListener{l, fail}, err
 	}
-	a.ready = func(net.Addr, net.Addr) { close(fail) }
+	a.ready = func(listenAddrs) { close(fail) }
 	exit := make(chan int, 1)
 	go func() {
-		exit <- a.run(context.Background(), []string{"-config", "../../config", "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0"})
+		exit <- a.run(context.Background(), []string{"-config", "../../config", "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-admin-addr", ""})
 	}()
 	select {
 	case code := <-exit:

@@ -6,18 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 
-	"github.com/envoy-rls/envoy-rls/pkg/certs"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -36,7 +31,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	log := s.logger(a.stderr)
-	gc := tuneGC(a.lookupEnv, s.memoryMaxBuckets)
+	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
 
 	cfg, warnings, err := descriptors.Load(s.config)
@@ -64,60 +59,31 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var grpcOpts []grpc.ServerOption
-	if s.grpcTLSCert != "" {
-		tlsFiles, err := certs.NewServer(s.grpcTLSCert, s.grpcTLSKey, s.grpcTLSClientCA, log)
-		if err != nil {
-			log.Error("cannot serve TLS", "err", err)
-			return exitError
-		}
-		if err := tlsFiles.Watch(ctx); err != nil {
-			log.Warn("TLS files will not be reloaded when they change", "err", err)
-		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.Config())))
-	}
 	hs := health.NewServer()
 	rls.SetServing(hs, false)
-	grpcServer := rls.NewGRPCServer(svc, hs, log, grpcOpts...)
-	handler := rls.HTTPHandler(svc, hs, m.Handler())
-	if s.pprof {
-		handler = withPprof(handler)
-	}
-	httpServer := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
-
-	grpcLis, err := a.listen("tcp", s.grpcAddr)
+	srv, err := a.startServers(ctx, s, svc, hs, m.Handler(), log)
 	if err != nil {
-		log.Error("cannot listen for gRPC", "addr", s.grpcAddr, "err", err)
-		return exitError
-	}
-	httpLis, err := a.listen("tcp", s.httpAddr)
-	if err != nil {
-		grpcLis.Close()
-		log.Error("cannot listen for HTTP", "addr", s.httpAddr, "err", err)
+		log.Error("cannot serve", "err", err)
 		return exitError
 	}
 
 	r := &reloader{path: s.config, svc: svc, metrics: m, log: log}
 	r.watch(ctx, s.watchConfig)
-
-	failed := make(chan error, 2)
-	go func() { failed <- grpcServer.Serve(grpcLis) }()
-	go func() { failed <- httpServer.Serve(httpLis) }()
-	watching := make(chan struct{})
 	answersAnyway := s.failureMode == "allow" || s.failureMode == "deny"
-	go func() { defer close(watching); rls.WatchStore(ctx, st, hs, log, answersAnyway) }()
+	watching := rls.WatchStore(ctx, st, hs, log, answersAnyway)
 	defer func() { <-watching }()
-	log.Info("envoy-rls serving", "version", version(), "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"tls", s.grpcTLSCert != "", "store", s.store, "failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()),
+	log.Info("envoy-rls serving", "version", version(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),
+		"admin", srv.addrs.adminString(), "tls", s.grpcTLSCert != "", "http_json", srv.json, "store", s.store,
+		"failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()),
 		"gogc", gc.describePercent(), "gomemlimit", gc.describeLimit())
 	if a.ready != nil {
-		a.ready(grpcLis.Addr(), httpLis.Addr())
+		a.ready(srv.addrs)
 	}
 
 	code := exitOK
 	select {
 	case <-ctx.Done():
-	case err := <-failed:
+	case err := <-srv.failed:
 		log.Error("server failed", "err", err)
 		code = exitError
 	}
@@ -130,7 +96,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		time.Sleep(s.shutdownDelay)
 	}
 	log.Info("shutting down: no new calls, finishing those in flight", "timeout", s.shutdownTimeout)
-	shutdown(grpcServer, httpServer, s.shutdownTimeout, log)
+	srv.shutdown(s.shutdownTimeout, log)
 	return code
 }
 
@@ -142,6 +108,10 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 		Observer:     m,
 		StoreTimeout: s.storeTimeout,
 		Shadow:       s.shadowMode,
+
+		// WIRE MaxDescriptors: s.maxDescriptors,
+		// WIRE MaxEntries:     s.maxEntries,
+		// WIRE MaxEntryBytes:  s.maxEntryBytes,
 	}
 	switch s.responseHeaders {
 	case "none":
@@ -159,28 +129,11 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 	}
 	if s.store == "redis" {
 		o.OverLimitCacheSize = s.localCacheSize // in memory, the store is as fast as a cache
+		// WIRE o.OverLimitCacheBytes = cacheBytes(s)
 	} else {
 		o.StoreTimeout = 0 // the memory store never waits
 	}
 	return o
-}
-
-// shutdown stops both servers gracefully, and for good once timeout passes.
-func shutdown(g *grpc.Server, h *http.Server, timeout time.Duration, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		g.GracefulStop()
-		close(done)
-	}()
-	h.Shutdown(ctx)
-	select {
-	case <-done:
-	case <-ctx.Done():
-		log.Warn("calls still in flight at the shutdown timeout: stopping anyway")
-		g.Stop()
-	}
 }
 
 func logConfigError(log *slog.Logger, err error) {
@@ -203,16 +156,4 @@ func hangups(ctx context.Context) <-chan os.Signal {
 		signal.Stop(ch)
 	}()
 	return ch
-}
-
-// withPprof adds Go's profiles under /debug/pprof/ to h.
-func withPprof(h http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", h)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -24,7 +25,7 @@ type store interface {
 }
 
 func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error) {
-	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets}
+	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets /* WIRE MaxBytes: int64(s.memoryMaxBytes) */}
 	if s.store == "memory" {
 		st, err := memory.New(memOpts)
 		if err == nil {
@@ -37,9 +38,14 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 	if err != nil {
 		return nil, err
 	}
+	password, err := readSecret(s.redisPasswordFile)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-password-file: %w", err)
+	}
 	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
 	st, err := redis.New(redis.Options{Mode: mode, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Connect: &redis.ClientOptions{
 		URL:              s.redisURL,
+		Password:         password,
 		Cluster:          s.redisCluster,
 		SentinelMaster:   s.sentinelMaster,
 		SentinelAddrs:    splitList(s.sentinelAddrs),
@@ -55,9 +61,33 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 	if err != nil || s.failureMode != "local" {
 		return st, err
 	}
+	// The over-limit cache takes its share of the bytes (serviceOptions);
+	// the local store, alive only during an outage, the rest.
+	// WIRE memOpts.MaxBytes -= cacheBytes(s)
 	fb := fallback.New(st, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
 	m.WatchBuckets(fb.Len, nil) // a local store lives for one outage: no running count
 	return fb, nil
+}
+
+// cacheBytes is the share of -memory-max-bytes the local over-limit cache
+// may hold: an eighth, as it holds only buckets found over their limit.
+func cacheBytes(s *settings) int64 { return int64(s.memoryMaxBytes) / 8 }
+
+// readSecret returns the content of a file holding a secret, without the
+// trailing newline editors and "echo" add; "" for no file.
+func readSecret(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err // names the file, never its content
+	}
+	secret := strings.TrimRight(string(data), "\r\n")
+	if secret == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return secret, nil
 }
 
 func splitList(s string) []string {

@@ -25,7 +25,24 @@ const (
 // Redis that is down or not up yet), so that load balancers send calls
 // elsewhere; unless serveWhileDown, for a service whose failure mode still
 // answers. It logs every change.
-func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog.Logger, serveWhileDown bool) {
+//
+// It returns once the first check has set the status, so that a server
+// announced as started already reports whether it serves; the checks go on
+// in the background, and the returned channel is closed when they end.
+func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog.Logger, serveWhileDown bool) <-chan struct{} {
+	checked, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		watchStore(ctx, store, hs, log, serveWhileDown, checked)
+	}()
+	select {
+	case <-checked:
+	case <-done:
+	}
+	return done
+}
+
+func watchStore(ctx context.Context, store Checker, hs *health.Server, log *slog.Logger, serveWhileDown bool, checked chan struct{}) {
 	answering, known := false, false
 	for {
 		checkCtx, cancel := context.WithTimeout(ctx, checkWhileServing)
@@ -45,6 +62,10 @@ func WatchStore(ctx context.Context, store Checker, hs *health.Server, log *slog
 			default:
 				log.Error("the store does not answer: not serving", "err", err)
 			}
+		}
+		if checked != nil {
+			close(checked)
+			checked = nil
 		}
 		wait := checkWhileServing
 		if !answering {

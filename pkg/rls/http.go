@@ -3,8 +3,12 @@ package rls
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"html"
 	"io"
 	"net/http"
+	"net/http/pprof"
+	runtimepprof "runtime/pprof"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
@@ -14,18 +18,21 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// maxJSONBody bounds the body of POST /json.
-const maxJSONBody = 1 << 20
+// MaxJSONBody bounds the body of POST /json: larger is 413. A megabyte
+// holds far more than the request caps let through.
+const MaxJSONBody = 1 << 20
 
-// HTTPHandler serves the service's HTTP endpoints:
+// HTTPHandler serves the service's public HTTP endpoints:
 //
 //	GET  /healthz  200 while the process answers (liveness)
 //	GET  /readyz   200 while hs reports SERVING, else 503 (readiness)
 //	GET  /metrics  metrics, if a handler is given
 //	POST /json     a RateLimitRequest in protojson: 200 with the response
-//	               when OK, 429 when over the limit, 400 for bad input
-//	GET  /config   the config in force, as JSON
-func HTTPHandler(svc *Service, hs *health.Server, metrics http.Handler) http.Handler {
+//	               when OK, 429 when over the limit, 400 for bad input,
+//	               413 beyond MaxJSONBody; 404 unless json is set
+//
+// The admin endpoints are on AdminHandler, on a port of their own.
+func HTTPHandler(svc *Service, hs *health.Server, metrics http.Handler, json bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -41,16 +48,64 @@ func HTTPHandler(svc *Service, hs *health.Server, metrics http.Handler) http.Han
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
-	mux.HandleFunc("POST /json", svc.serveJSON)
-	mux.HandleFunc("GET /config", svc.serveConfig)
+	if json {
+		mux.HandleFunc("POST /json", svc.serveJSON)
+	} else {
+		mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) {
+			writeJSONError(w, http.StatusNotFound, "POST /json is off: the gRPC port requires client certificates, which HTTP does not check (-http-json=true turns it on)")
+		})
+	}
 	return mux
+}
+
+// AdminHandler serves the endpoints for operators, which belong on a
+// private address:
+//
+//	GET /config         the config in force, as JSON
+//	GET /debug/pprof/   Go's profiles, if profiles is set (not cmdline,
+//	                    which would show a password given on the command line)
+func AdminHandler(svc *Service, profiles bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /config", svc.serveConfig)
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/debug/pprof/":
+				profileIndex(w)
+			case "/debug/pprof/cmdline":
+				http.NotFound(w, r)
+			default:
+				pprof.Index(w, r) // serves the named profile
+			}
+		})
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// profileIndex lists the profiles served: pprof.Index's own page links
+// cmdline, which is not served.
+func profileIndex(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	fmt.Fprint(w, "<html><body><p>Profiles (add ?debug=1 for text):</p><ul>\n")
+	for _, p := range runtimepprof.Profiles() {
+		fmt.Fprintf(w, "<li><a href=\"%[1]s?debug=1\">%[1]s</a> (%[2]d)</li>\n", html.EscapeString(p.Name()), p.Count())
+	}
+	fmt.Fprint(w, "<li><a href=\"profile\">profile</a>: CPU, ?seconds=30</li>\n<li><a href=\"trace\">trace</a>: execution trace, ?seconds=1</li>\n</ul></body></html>\n")
 }
 
 // serveJSON answers a RateLimitRequest given as JSON, as envoyproxy/ratelimit
 // does, with the response headers set on the HTTP response too.
 func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxJSONBody))
+		return
+	case err != nil:
 		writeJSONError(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}

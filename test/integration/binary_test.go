@@ -83,7 +83,7 @@ func startBinary(t *testing.T, args ...string) *process {
 		grpcAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 		httpAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 	}
-	p.cmd = exec.Command(envoyRLS(t), append([]string{"-config", "../../config", "-grpc-addr", p.grpcAddr, "-http-addr", p.httpAddr}, args...)...)
+	p.cmd = exec.Command(envoyRLS(t), append([]string{"-config", "../../config", "-grpc-addr", p.grpcAddr, "-http-addr", p.httpAddr, "-admin-addr", ""}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

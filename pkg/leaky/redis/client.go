@@ -20,6 +20,9 @@ type ClientOptions struct {
 	// parameters; for Sentinel, it gives the master's credentials, database
 	// and TLS, and its host is not used.
 	URL string
+	// Password, when set, replaces the URL's password (for every node), so
+	// that it can come from a file rather than a command line.
+	Password string
 	// Cluster treats URL as a Redis Cluster seed list.
 	Cluster bool
 	// SentinelMaster, when set, reaches the master of that name through the
@@ -75,7 +78,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis Cluster URL %s: %w", u.Redacted(), err)
 		}
-		if err := o.apply(settings{&opts.TLSConfig, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
+		if err := o.apply(settings{&opts.TLSConfig, &opts.Password, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
 			&opts.PoolSize, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout}); err != nil {
 			return nil, err
 		}
@@ -99,7 +102,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 			ReadTimeout:      p.ReadTimeout,
 			WriteTimeout:     p.WriteTimeout,
 		}
-		if err := o.apply(settings{&opts.TLSConfig, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
+		if err := o.apply(settings{&opts.TLSConfig, &opts.Password, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
 			&opts.PoolSize, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout}); err != nil {
 			return nil, err
 		}
@@ -109,7 +112,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis URL %s: %w", u.Redacted(), err)
 		}
-		if err := o.apply(settings{&opts.TLSConfig, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
+		if err := o.apply(settings{&opts.TLSConfig, &opts.Password, &opts.ContextTimeoutEnabled, &opts.MaxRetries, &opts.DialerRetries,
 			&opts.PoolSize, &opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout}); err != nil {
 			return nil, err
 		}
@@ -121,6 +124,7 @@ func NewClient(o ClientOptions) (goredis.UniversalClient, error) {
 // Sentinel or Cluster) that every client of the store sets alike.
 type settings struct {
 	tls                                    **tls.Config
+	password                               *string
 	contextTimeout                         *bool
 	maxRetries, dialerRetries, poolSize    *int
 	dialTimeout, readTimeout, writeTimeout *time.Duration
@@ -138,6 +142,7 @@ func (o ClientOptions) apply(s settings) error {
 		return err
 	}
 	*s.tls = tc
+	*s.password = cmp.Or(o.Password, *s.password)
 	*s.contextTimeout = true
 	*s.maxRetries = -1
 	*s.dialerRetries = 1

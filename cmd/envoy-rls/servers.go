@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+
+	"github.com/envoy-rls/envoy-rls/pkg/certs"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// HTTP limits. A client that sends half a request, or sits on an idle
+// connection, is cut off within seconds instead of holding a file
+// descriptor forever.
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	httpWriteTimeout      = 10 * time.Second
+	httpIdleTimeout       = 60 * time.Second
+	httpMaxHeaderBytes    = 16 << 10
+	// adminWriteTimeout lets a CPU profile run its default 30 seconds and
+	// up to a minute more.
+	adminWriteTimeout = 90 * time.Second
+)
+
+// listenAddrs are the addresses the service listens on; admin is nil when
+// the admin server is off.
+type listenAddrs struct {
+	grpc, http, admin net.Addr
+}
+
+func (l listenAddrs) adminString() string {
+	if l.admin == nil {
+		return "off"
+	}
+	return l.admin.String()
+}
+
+// servers are the gRPC, HTTP and admin servers of a running service.
+type servers struct {
+	grpc   *grpc.Server
+	http   []*http.Server
+	addrs  listenAddrs
+	json   bool       // POST /json is served
+	failed chan error // a server that stopped on its own
+}
+
+// startServers listens on every address of s and serves there until
+// shutdown. Nothing listens if one address cannot be had.
+func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, hs *health.Server, metrics http.Handler, log *slog.Logger) (*servers, error) {
+	var grpcOpts []grpc.ServerOption
+	if s.grpcTLSCert != "" {
+		tlsFiles, err := certs.NewServer(s.grpcTLSCert, s.grpcTLSKey, s.grpcTLSClientCA, log)
+		if err != nil {
+			return nil, fmt.Errorf("gRPC TLS: %w", err)
+		}
+		if err := tlsFiles.Watch(ctx); err != nil {
+			log.Warn("TLS files will not be reloaded when they change", "err", err)
+		}
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.Config())))
+	}
+	// /json has no client certificates to check: where gRPC requires them,
+	// it would be a way around them, so it is off unless asked for.
+	jsonOn := s.httpJSON.or(s.grpcTLSClientCA == "")
+
+	var listeners []net.Listener
+	listen := func(what, addr string) (net.Listener, error) {
+		l, err := a.listen("tcp", addr)
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return nil, fmt.Errorf("cannot listen for %s on %s: %w", what, addr, err)
+		}
+		listeners = append(listeners, l)
+		return l, nil
+	}
+	grpcLis, err := listen("gRPC", s.grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	httpLis, err := listen("HTTP", s.httpAddr)
+	if err != nil {
+		return nil, err
+	}
+	var adminLis net.Listener
+	if s.adminAddr != "" {
+		if adminLis, err = listen("admin HTTP", s.adminAddr); err != nil {
+			return nil, err
+		}
+	}
+
+	srv := &servers{
+		grpc:   rls.NewGRPCServer(svc, hs, log, grpcOpts...),
+		addrs:  listenAddrs{grpc: grpcLis.Addr(), http: httpLis.Addr()},
+		json:   jsonOn,
+		failed: make(chan error, 3),
+	}
+	go func() { srv.failed <- srv.grpc.Serve(grpcLis) }()
+	srv.serveHTTP(httpLis, rls.HTTPHandler(svc, hs, metrics, jsonOn), httpWriteTimeout, log)
+	if adminLis != nil {
+		srv.addrs.admin = adminLis.Addr()
+		srv.serveHTTP(adminLis, rls.AdminHandler(svc, s.pprof), adminWriteTimeout, log)
+	}
+	return srv, nil
+}
+
+func (srv *servers) serveHTTP(l net.Listener, h http.Handler, writeTimeout time.Duration, log *slog.Logger) {
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		// Malformed requests and cut connections are the clients' doing:
+		// at debug level, so that nobody can flood the log.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	srv.http = append(srv.http, hs)
+	go func() { srv.failed <- hs.Serve(l) }()
+}
+
+// shutdown stops every server gracefully, and for good once timeout passes.
+func (srv *servers) shutdown(timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		srv.grpc.GracefulStop()
+		close(done)
+	}()
+	for _, h := range srv.http {
+		h.Shutdown(ctx)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		log.Warn("calls still in flight at the shutdown timeout: stopping anyway")
+		srv.grpc.Stop()
+	}
+}
