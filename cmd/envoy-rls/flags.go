@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // minMemoryBytes is the smallest -memory-max-bytes: below it the memory
@@ -94,14 +95,11 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 0, "time to wait for a Redis reply (a call's own deadline applies too); 0 for the URL's read_timeout, or 3s")
 	fs.DurationVar(&s.redisWriteTimeout, "redis-write-timeout", 0, "time to send a Redis command; 0 for the URL's write_timeout, or the read timeout")
 	fs.IntVar(&s.memoryMaxBuckets, "memory-max-buckets", memory.DefaultMaxBuckets, "most buckets the memory store keeps; beyond, those nearest to empty are dropped")
-	s.memoryMaxBytes = 256 << 20 // WIRE memory.DefaultMaxBytes
+	s.memoryMaxBytes = memory.DefaultMaxBytes
 	fs.Var(&s.memoryMaxBytes, "memory-max-bytes", "most `bytes` the memory store (and, with Redis, the local over-limit cache and the local fallback) keep, counting keys and per-bucket overhead, e.g. 256MiB")
-	fs.IntVar(&s.maxDescriptors, "max-descriptors", 64, // WIRE
-		"most descriptors in one request; more is InvalidArgument")
-	fs.IntVar(&s.maxEntries, "max-entries", 32, // WIRE
-		"most entries in one descriptor; more is InvalidArgument")
-	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", 4096, // WIRE
-		"most bytes in one entry's key or value; more is InvalidArgument")
+	fs.IntVar(&s.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "most descriptors in one request; more is InvalidArgument")
+	fs.IntVar(&s.maxEntries, "max-entries", rls.DefaultMaxEntries, "most entries in one descriptor; more is InvalidArgument")
+	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", rls.DefaultMaxEntryBytes, "most bytes in one entry's key or value; more is InvalidArgument")
 	fs.StringVar(&s.responseHeaders, "response-headers", "leaky", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers) or none")
 	fs.StringVar(&s.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log `format`: text or json")

@@ -109,9 +109,9 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 		StoreTimeout: s.storeTimeout,
 		Shadow:       s.shadowMode,
 
-		// WIRE MaxDescriptors: s.maxDescriptors,
-		// WIRE MaxEntries:     s.maxEntries,
-		// WIRE MaxEntryBytes:  s.maxEntryBytes,
+		MaxDescriptors: s.maxDescriptors,
+		MaxEntries:     s.maxEntries,
+		MaxEntryBytes:  s.maxEntryBytes,
 	}
 	switch s.responseHeaders {
 	case "none":
@@ -129,7 +129,7 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 	}
 	if s.store == "redis" {
 		o.OverLimitCacheSize = s.localCacheSize // in memory, the store is as fast as a cache
-		// WIRE o.OverLimitCacheBytes = cacheBytes(s)
+		o.OverLimitCacheBytes = cacheBytes(s)
 	} else {
 		o.StoreTimeout = 0 // the memory store never waits
 	}

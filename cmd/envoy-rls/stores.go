@@ -25,11 +25,11 @@ type store interface {
 }
 
 func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error) {
-	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets /* WIRE MaxBytes: int64(s.memoryMaxBytes) */}
+	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets, MaxBytes: int64(s.memoryMaxBytes)}
 	if s.store == "memory" {
 		st, err := memory.New(memOpts)
 		if err == nil {
-			m.WatchBuckets(st.Len, st.Evictions)
+			m.WatchBuckets(st.Len, st.Bytes, st.Evictions)
 		}
 		return st, err
 	}
@@ -63,9 +63,9 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 	}
 	// The over-limit cache takes its share of the bytes (serviceOptions);
 	// the local store, alive only during an outage, the rest.
-	// WIRE memOpts.MaxBytes -= cacheBytes(s)
+	memOpts.MaxBytes -= cacheBytes(s)
 	fb := fallback.New(st, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
-	m.WatchBuckets(fb.Len, nil) // a local store lives for one outage: no running count
+	m.WatchBuckets(fb.Len, fb.Bytes, nil) // a local store lives for one outage: no running count
 	return fb, nil
 }
 

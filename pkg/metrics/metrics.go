@@ -115,18 +115,23 @@ func (m *Metrics) Handler() http.Handler {
 // Registry returns the registry, to add collectors to.
 func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
-// WatchBuckets exports the number of buckets of the memory store, read
-// at each scrape, and if evictions is not nil, how many live buckets it
-// dropped to make room (a sign that -memory-max-buckets is too small).
-func (m *Metrics) WatchBuckets(count func() int, evictions func() uint64) {
+// WatchBuckets exports the number of buckets of the memory store and the
+// bytes they count against -memory-max-bytes, read at each scrape, and if
+// evictions is not nil, how many live buckets it dropped to make room (a
+// sign that -memory-max-buckets or -memory-max-bytes is too small).
+func (m *Metrics) WatchBuckets(count func() int, bytes func() int64, evictions func() uint64) {
 	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "envoy_rls_memory_buckets",
 		Help: "Buckets held by the in-memory store (expired ones not yet swept included).",
 	}, func() float64 { return float64(count()) }))
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "envoy_rls_memory_bytes",
+		Help: "Bytes the in-memory store's buckets count against -memory-max-bytes: keys plus a fixed overhead each.",
+	}, func() float64 { return float64(bytes()) }))
 	if evictions != nil {
 		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "envoy_rls_memory_evictions_total",
-			Help: "Live buckets the in-memory store dropped to stay within -memory-max-buckets.",
+			Help: "Live buckets the in-memory store dropped to stay within -memory-max-buckets and -memory-max-bytes.",
 		}, func() float64 { return float64(evictions()) }))
 	}
 }

@@ -29,7 +29,7 @@ func TestCallsAndDecisions(t *testing.T) {
 	m.Limit("api", rule, "api|user=a", &leaky.Result{Admitted: true, Remaining: 1}, false) // 9 of 10: near
 	m.Limit("api", rule, "api|user=a", &leaky.Result{}, false)
 	m.Limit("api", rule, "api|user=a", &leaky.Result{}, true)
-	m.WatchBuckets(func() int { return 7 }, func() uint64 { return 3 })
+	m.WatchBuckets(func() int { return 7 }, func() int64 { return 700 }, func() uint64 { return 3 })
 
 	want := `
 # HELP envoy_rls_calls_total ShouldRateLimit calls, by domain ("(unknown)" for domains not in the config) and outcome: OK, OVER_LIMIT or a gRPC error code.
@@ -47,7 +47,7 @@ envoy_rls_calls_total{code="OVER_LIMIT",domain="api"} 2
 			t.Errorf("decision %s: %v, want %v", series, got, n)
 		}
 	}
-	if n, err := testutil.GatherAndCount(m.Registry(), "envoy_rls_memory_buckets", "envoy_rls_memory_evictions_total"); err != nil || n != 2 {
-		t.Errorf("memory store series: %d (%v), want 2", n, err)
+	if n, err := testutil.GatherAndCount(m.Registry(), "envoy_rls_memory_buckets", "envoy_rls_memory_bytes", "envoy_rls_memory_evictions_total"); err != nil || n != 3 {
+		t.Errorf("memory store series: %d (%v), want 3", n, err)
 	}
 }

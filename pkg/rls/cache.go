@@ -2,6 +2,7 @@ package rls
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 )
@@ -18,16 +19,23 @@ import (
 // through others are not seen here (see the README). A new config starts a
 // new cache, since its limits may be larger.
 type overLimitCache struct {
-	seed     maphash.Seed
-	perShard int
-	shards   [cacheShards]cacheShard
+	seed          maphash.Seed
+	perShard      int   // entries
+	perShardBytes int64 // 0: no byte bound
+	shards        [cacheShards]cacheShard
 }
 
 const cacheShards = 16
 
+// cacheEntryOverhead is what an entry costs beside its key's bytes: the
+// map slot (key header, entry, control byte, free slots) and the key's
+// allocation rounding; TestCacheEntryOverhead measures about 73.
+const cacheEntryOverhead = 80
+
 type cacheShard struct {
-	mu sync.Mutex
-	m  map[string]cacheEntry
+	mu    sync.Mutex
+	m     map[string]cacheEntry
+	bytes int64 // keys and overhead held
 }
 
 type cacheEntry struct {
@@ -36,8 +44,10 @@ type cacheEntry struct {
 	clear time.Time // the bucket is empty by then (for the figures)
 }
 
-func newOverLimitCache(size int) *overLimitCache {
-	c := &overLimitCache{seed: maphash.MakeSeed(), perShard: max(1, size/cacheShards)}
+// newOverLimitCache returns a cache of at most size entries and, if
+// maxBytes > 0, at most maxBytes of keys and overhead.
+func newOverLimitCache(size int, maxBytes int64) *overLimitCache {
+	c := &overLimitCache{seed: maphash.MakeSeed(), perShard: max(1, size/cacheShards), perShardBytes: maxBytes / cacheShards}
 	for i := range c.shards {
 		c.shards[i].m = map[string]cacheEntry{}
 	}
@@ -56,7 +66,7 @@ func (c *overLimitCache) get(key string, hits int64, now time.Time) (cacheEntry,
 	sh.mu.Lock()
 	e, ok := sh.m[key]
 	if ok && !now.Before(e.reset) {
-		delete(sh.m, key)
+		sh.delete(key)
 		ok = false
 	}
 	sh.mu.Unlock()
@@ -71,27 +81,62 @@ func (c *overLimitCache) put(key string, e cacheEntry) {
 	if ok && old.hits == e.hits && !old.reset.Before(e.reset) {
 		return // the entry held says more
 	}
-	if !ok && len(sh.m) >= c.perShard {
-		// Full: of a few entries, drop the one that ends first.
-		var victim string
-		var first time.Time
-		n := 0
-		for k, v := range sh.m {
-			if n == 0 || v.reset.Before(first) {
-				victim, first = k, v.reset
-			}
-			if n++; n == 4 {
-				break
-			}
-		}
-		delete(sh.m, victim)
+	if ok {
+		sh.m[key] = e
+		return
 	}
-	sh.m[key] = e
+	cost := entryCost(key)
+	if c.perShardBytes > 0 && cost > c.perShardBytes {
+		return // a key larger than the whole budget: not worth remembering
+	}
+	for len(sh.m) > 0 && (len(sh.m) >= c.perShard || (c.perShardBytes > 0 && sh.bytes+cost > c.perShardBytes)) {
+		sh.evict()
+	}
+	// The key may share memory with a longer string: keep its own bytes.
+	sh.m[strings.Clone(key)] = e
+	sh.bytes += cost
+}
+
+// evict drops, of a few entries, the one that ends first.
+func (sh *cacheShard) evict() {
+	var victim string
+	var first time.Time
+	n := 0
+	for k, v := range sh.m {
+		if n == 0 || v.reset.Before(first) {
+			victim, first = k, v.reset
+		}
+		if n++; n == 4 {
+			break
+		}
+	}
+	sh.delete(victim)
+}
+
+func (sh *cacheShard) delete(key string) {
+	if _, ok := sh.m[key]; ok {
+		delete(sh.m, key)
+		sh.bytes -= entryCost(key)
+	}
+}
+
+func entryCost(key string) int64 { return int64(len(key)) + cacheEntryOverhead }
+
+// bytes returns the keys and overhead the cache holds.
+func (c *overLimitCache) bytes() int64 {
+	var n int64
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 func (c *overLimitCache) remove(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
-	delete(sh.m, key)
+	sh.delete(key)
 	sh.mu.Unlock()
 }

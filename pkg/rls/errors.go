@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"runtime/debug"
+	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,11 +24,34 @@ func badRequest(format string, args ...any) error {
 	return &requestError{msg: fmt.Sprintf(format, args...)}
 }
 
-// storeError is a failure of the store: Redis down, a timeout.
+// storeError is a failure of the store: Redis down, a timeout. Its
+// message, for the log, may name the store's address; clientMessage,
+// for callers, does not.
 type storeError struct{ err error }
 
 func (e *storeError) Error() string { return "rate-limit store: " + e.err.Error() }
 func (e *storeError) Unwrap() error { return e.err }
+
+// clientMessage says what failed, never where: a caller has no business
+// with the store's addresses, and a store's own error text may hold them.
+func (e *storeError) clientMessage() string {
+	var (
+		opErr  *net.OpError
+		netErr net.Error
+	)
+	switch {
+	case errors.Is(e.err, context.DeadlineExceeded) || errors.Is(e.err, os.ErrDeadlineExceeded) ||
+		(errors.As(e.err, &netErr) && netErr.Timeout()):
+		return "rate-limit store unavailable: it did not answer in time"
+	case errors.Is(e.err, syscall.ECONNREFUSED):
+		return "rate-limit store unavailable: connection refused"
+	case errors.As(e.err, &opErr) && opErr.Op == "dial":
+		return "rate-limit store unavailable: cannot connect"
+	case errors.As(e.err, &opErr):
+		return "rate-limit store unavailable: connection failed"
+	}
+	return "rate-limit store unavailable"
+}
 
 // grpcStatus chooses the gRPC status of an error of the service. It is the
 // one place codes are chosen: grpc-go would turn a plain error into Unknown.
@@ -40,7 +66,7 @@ func grpcStatus(err error) error {
 	case errors.As(err, &store):
 		// Whatever failed (Redis down, a timeout), the service cannot decide:
 		// Envoy's failure_mode_deny says what happens to the request.
-		return status.Error(codes.Unavailable, store.Error())
+		return status.Error(codes.Unavailable, store.clientMessage())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "the call's deadline passed before a decision")
 	case errors.Is(err, context.Canceled):

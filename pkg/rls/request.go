@@ -11,21 +11,52 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
-// validate reports the first malformed part of a request, naming it.
-func validate(req *rlsv3.RateLimitRequest) error {
+// The default request caps. A legitimate Envoy request carries a few
+// descriptors of a few short entries; the caps bound the work and memory a
+// hostile one can cost, with room to spare for the legitimate.
+const (
+	DefaultMaxDescriptors = 64
+	DefaultMaxEntries     = 32
+	DefaultMaxEntryBytes  = 4096
+)
+
+// caps bound the size of a request.
+type caps struct {
+	descriptors, entries, entryBytes int
+}
+
+// validate reports the first malformed part of a request, or the first
+// part beyond a cap, naming it. It reads the request once, before any
+// other work.
+func (c caps) validate(req *rlsv3.RateLimitRequest) error {
 	if req.GetDomain() == "" {
 		return badRequest("domain is empty")
 	}
+	if n := len(req.GetDomain()); n > c.entryBytes {
+		return badRequest("domain is %d bytes: at most %d allowed (-max-entry-bytes)", n, c.entryBytes)
+	}
 	if len(req.GetDescriptors()) == 0 {
 		return badRequest("request has no descriptors")
+	}
+	if n := len(req.GetDescriptors()); n > c.descriptors {
+		return badRequest("request has %d descriptors: at most %d allowed (-max-descriptors)", n, c.descriptors)
 	}
 	for i, d := range req.GetDescriptors() {
 		if len(d.GetEntries()) == 0 {
 			return badRequest("descriptors[%d] has no entries", i)
 		}
+		if n := len(d.GetEntries()); n > c.entries {
+			return badRequest("descriptors[%d] has %d entries: at most %d allowed (-max-entries)", i, n, c.entries)
+		}
 		for j, e := range d.GetEntries() {
 			if e.GetKey() == "" {
 				return badRequest("descriptors[%d].entries[%d] has an empty key", i, j)
+			}
+			if n := len(e.GetKey()); n > c.entryBytes {
+				return badRequest("descriptors[%d].entries[%d].key is %d bytes: at most %d allowed (-max-entry-bytes)", i, j, n, c.entryBytes)
+			}
+			if n := len(e.GetValue()); n > c.entryBytes {
+				return badRequest("descriptors[%d].entries[%d].value is %d bytes: at most %d allowed (-max-entry-bytes)", i, j, n, c.entryBytes)
 			}
 		}
 		if o := d.GetLimit(); o != nil {

@@ -1,8 +1,10 @@
 package rls
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -84,8 +86,10 @@ type Options struct {
 	// FailureMode says how to answer while the store fails; default
 	// FailUnavailable.
 	FailureMode FailureMode
-	// StoreTimeout caps every store call (the call's own deadline applies
-	// too); 0 for no cap.
+	// StoreTimeout caps every store call, which also ends a margin before
+	// the call's own deadline, so that the failure mode still answers in
+	// time when the store hangs; 0 for neither, for stores that never wait
+	// (memory) or that keep their own time (the local fallback).
 	StoreTimeout time.Duration
 	// Shadow puts every limit in shadow mode: decided, charged and counted,
 	// but never rejecting.
@@ -94,6 +98,13 @@ type Options struct {
 	// calls for buckets the store found over their limit, until they have
 	// room, without asking the store; 0 turns it off.
 	OverLimitCacheSize int
+	// OverLimitCacheBytes bounds the cache's memory too, counting each
+	// entry's key and overhead; 0 for no bound beyond OverLimitCacheSize.
+	OverLimitCacheBytes int64
+	// MaxDescriptors, MaxEntries (per descriptor) and MaxEntryBytes (per
+	// key or value, and the domain) cap a request: a larger one is
+	// InvalidArgument, before any work. 0 means the Default* cap.
+	MaxDescriptors, MaxEntries, MaxEntryBytes int
 }
 
 // Service is the envoy.service.ratelimit.v3.RateLimitService. It is safe
@@ -103,7 +114,9 @@ type Service struct {
 
 	store        Store
 	config       atomic.Pointer[generation]
+	caps         caps
 	cacheSize    int
+	cacheBytes   int64
 	clock        func() time.Time
 	log          *slog.Logger
 	headers      Headers
@@ -129,13 +142,21 @@ func New(opts Options) (*Service, error) {
 	if opts.Observer == nil {
 		opts.Observer = noObserver{}
 	}
-	if opts.StoreTimeout < 0 || opts.OverLimitCacheSize < 0 {
-		return nil, errors.New("rls: the store timeout and the cache size cannot be negative")
+	if opts.StoreTimeout < 0 || opts.OverLimitCacheSize < 0 || opts.OverLimitCacheBytes < 0 {
+		return nil, errors.New("rls: the store timeout and the cache bounds cannot be negative")
+	}
+	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 || opts.MaxEntryBytes < 0 {
+		return nil, errors.New("rls: the request caps cannot be negative")
 	}
 	s := &Service{
 		store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
 		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, shadow: opts.Shadow,
-		cacheSize: opts.OverLimitCacheSize,
+		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
+		caps: caps{
+			descriptors: cmp.Or(opts.MaxDescriptors, DefaultMaxDescriptors),
+			entries:     cmp.Or(opts.MaxEntries, DefaultMaxEntries),
+			entryBytes:  cmp.Or(opts.MaxEntryBytes, DefaultMaxEntryBytes),
+		},
 	}
 	s.work.New = func() any { return new(work) }
 	if opts.Config != nil {
@@ -157,7 +178,7 @@ type generation struct {
 func (s *Service) SetConfig(c *descriptors.Config) {
 	g := &generation{config: c}
 	if s.cacheSize > 0 {
-		g.cache = newOverLimitCache(s.cacheSize)
+		g.cache = newOverLimitCache(s.cacheSize, s.cacheBytes)
 	}
 	s.config.Store(g)
 }
@@ -202,28 +223,37 @@ type work struct {
 	bucketOf []int // bucket index of each level
 	buckets  []leaky.Bucket
 	results  []leaky.Result
-	skipped  []bool // buckets not decided: the cache rejected the request first
+	skipped  []bool         // buckets not decided: the cache rejected the request first
+	index    map[string]int // bucket of each key, once there are more than scanBuckets
 }
+
+// scanBuckets is how many buckets addBucket searches one by one; beyond, a
+// map keeps the work per request linear in its size.
+const scanBuckets = 8
 
 func (w *work) reset() {
 	clear(w.levels) // drop references to keys and rules
 	clear(w.buckets)
 	w.entries, w.levels, w.starts = w.entries[:0], w.levels[:0], w.starts[:0]
 	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
+	clear(w.index)
 }
 
 // decide answers a request; domain is its domain if the config has it.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, domain string, err error) {
 	var d *descriptors.Domain
 	g := s.config.Load()
+	if err := s.caps.validate(req); err != nil {
+		if g != nil && g.config.Domain(req.GetDomain()) != nil {
+			domain = req.GetDomain()
+		}
+		return nil, domain, err
+	}
 	if g != nil {
 		d = g.config.Domain(req.GetDomain())
 	}
 	if d != nil {
 		domain = d.Name
-	}
-	if err := validate(req); err != nil {
-		return nil, domain, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, domain, err
@@ -288,19 +318,46 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 	return s.respond(d, w), domain, nil
 }
 
-// apply asks the store, within the store timeout.
+// apply asks the store, within its budget (storeBudget).
 func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
-	// Envoy's calls carry a deadline (20 ms by default), which usually
-	// ends first: then a timer of our own would be wasted work.
-	if dl, ok := ctx.Deadline(); s.storeTimeout > 0 && (!ok || time.Until(dl) > s.storeTimeout) {
+	if s.storeTimeout > 0 {
+		budget := storeBudget(ctx, s.storeTimeout)
+		if budget <= 0 {
+			// Too late to ask and still answer: as if the store had timed out.
+			s.observer.Store(0, errNoTimeLeft)
+			return errNoTimeLeft
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.storeTimeout)
+		ctx, cancel = context.WithTimeout(ctx, budget)
 		defer cancel()
 	}
 	start := time.Now()
 	err := s.store.Apply(ctx, now, w.buckets, w.results)
 	s.observer.Store(time.Since(start), err)
 	return err
+}
+
+// errNoTimeLeft is a store call not made: the call's deadline was too near.
+var errNoTimeLeft = fmt.Errorf("no time left to ask the store before the call's deadline: %w", context.DeadlineExceeded)
+
+// storeBudget is how long a store call may take: the timeout, and no more
+// than the call has left less a margin in which the service can still
+// answer by its failure mode (allow, deny, or Unavailable) when the store
+// hangs. Envoy's deadline is 20 ms by default: the store gets 15 of them.
+func storeBudget(ctx context.Context, timeout time.Duration) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return timeout
+	}
+	left := time.Until(dl)
+	return min(timeout, left-deadlineMargin(left))
+}
+
+// deadlineMargin is the time kept back from a call's remaining time for
+// answering it: a quarter, to cover the scheduling delays of a busy
+// process, but 1 to 10 ms.
+func deadlineMargin(left time.Duration) time.Duration {
+	return min(max(left/4, time.Millisecond), 10*time.Millisecond)
 }
 
 // fromCache rejects the request if the over-limit cache knows one of its
@@ -369,14 +426,38 @@ func replacedNames(levels []descriptors.Level) map[string]bool {
 // it, or adding the hits to it when another descriptor of the request
 // already uses it, so a bucket is charged once with all its hits.
 func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
-	for i := range w.buckets {
-		if w.buckets[i].Key == l.Key {
-			w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
-			return i
-		}
+	if i, ok := w.find(l.Key); ok {
+		w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
+		return i
 	}
 	w.buckets = append(w.buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
-	return len(w.buckets) - 1
+	i := len(w.buckets) - 1
+	switch {
+	case i == scanBuckets:
+		if w.index == nil {
+			w.index = make(map[string]int)
+		}
+		for j, b := range w.buckets {
+			w.index[b.Key] = j
+		}
+	case i > scanBuckets:
+		w.index[l.Key] = i
+	}
+	return i
+}
+
+// find returns the index of the bucket with key.
+func (w *work) find(key string) (int, bool) {
+	if len(w.buckets) > scanBuckets {
+		i, ok := w.index[key]
+		return i, ok
+	}
+	for i := range w.buckets {
+		if w.buckets[i].Key == key {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // addHits adds without overflowing.

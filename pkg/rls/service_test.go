@@ -3,7 +3,11 @@ package rls
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,14 +173,31 @@ func (f storeFunc) Apply(ctx context.Context, now time.Time, buckets []leaky.Buc
 	return f(ctx, now, buckets, results)
 }
 
+// TestStoreFailureIsUnavailable: a store failure is Unavailable, saying
+// what failed but never where: no address, no text of the store's own.
 func TestStoreFailureIsUnavailable(t *testing.T) {
-	failing := storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error {
-		return errors.New("connection refused")
-	})
-	svc, _ := newService(t, Options{Store: failing})
-	_, err := svc.ShouldRateLimit(context.Background(), request("api", desc("user=a")))
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("got %v, want Unavailable naming the cause", err)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 6379},
+		Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("redis: %w", refused), "connection refused"},
+		{&net.OpError{Op: "read", Net: "tcp", Addr: refused.Addr, Err: errors.New("reset by 10.1.2.3:6379")}, "connection failed"},
+		{fmt.Errorf("i/o on 10.1.2.3:6379: %w", os.ErrDeadlineExceeded), "did not answer in time"},
+		{errors.New("WRONGPASS invalid password hunter2 for 10.1.2.3:6379"), "rate-limit store unavailable"},
+	} {
+		failing := storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { return c.err })
+		svc, _ := newService(t, Options{Store: failing})
+		_, err := svc.ShouldRateLimit(context.Background(), request("api", desc("user=a")))
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want Unavailable saying %q", c.err, err, c.want)
+		}
+		for _, secret := range []string{"10.1.2.3", "6379", "hunter2", "WRONGPASS"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%v: the caller is told %q", c.err, err)
+			}
+		}
 	}
 }
 

@@ -153,6 +153,14 @@ func (s *Store) Close() error {
 	return s.primary.Close()
 }
 
+// Bytes returns the bytes the local store counts, 0 when not in use.
+func (s *Store) Bytes() int64 {
+	if l := s.local.Load(); l != nil {
+		return l.Bytes()
+	}
+	return 0
+}
+
 // Len returns the buckets of the local store, 0 when not in use.
 func (s *Store) Len() int {
 	if l := s.local.Load(); l != nil {

@@ -3,12 +3,14 @@ package fallback
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 )
 
 // primary is a shared store that fails while down is set.
@@ -130,5 +132,26 @@ func TestSlowPrimaryLeavesTimeToDecideLocally(t *testing.T) {
 	}
 	if !s.Local() || !r[0].Admitted {
 		t.Fatalf("local %v, result %+v: want decided locally", s.Local(), r[0])
+	}
+}
+
+// TestLocalStoreBoundedInBytes: a flood of long keys while the primary
+// fails fills the local store up to its byte bound, never past it.
+func TestLocalStoreBoundedInBytes(t *testing.T) {
+	p := &primary{}
+	p.down.Store(true)
+	const bound = 1 << 20
+	s := New(p, Options{Local: memory.Options{MaxBytes: bound}, Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	l := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	r := make([]leaky.Result, 1)
+	for i := range 10_000 {
+		key := fmt.Sprintf("api|user=%01000d", i)
+		if err := s.Apply(context.Background(), time.Now(), []leaky.Bucket{{Key: key, Limit: l, Hits: 1}}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.Local() || s.Bytes() > bound || s.Bytes() < bound/2 {
+		t.Errorf("local %v, %d bytes: want the local store filled up to %d and no more", s.Local(), s.Bytes(), bound)
 	}
 }

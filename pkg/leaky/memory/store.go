@@ -7,6 +7,8 @@
 // so every request is atomic. Buckets expire once they would have drained,
 // and their number is bounded: when a shard is full, the bucket closest to
 // draining, of a few sampled, makes room (Redis's volatile-ttl policy).
+// So are their bytes: each bucket counts its key and a fixed overhead, so
+// that long keys cannot grow the store past its memory bound.
 package memory
 
 import (
@@ -26,6 +28,10 @@ import (
 type Options struct {
 	// MaxBuckets bounds the number of buckets kept; default DefaultMaxBuckets.
 	MaxBuckets int
+	// MaxBytes bounds the memory the buckets take, counted as their keys'
+	// bytes plus BucketOverhead each; default DefaultMaxBytes. Both bounds
+	// hold: whichever is reached first makes room.
+	MaxBytes int64
 	// Shards is the number of independently locked maps, rounded down to a
 	// power of two and to at most MaxBuckets; default 64.
 	Shards int
@@ -41,6 +47,16 @@ type Options struct {
 // DefaultMaxBuckets bounds the memory store unless Options say otherwise.
 const DefaultMaxBuckets = 1_000_000
 
+// DefaultMaxBytes bounds the memory store's bytes unless Options say
+// otherwise: 256 MiB.
+const DefaultMaxBytes = 256 << 20
+
+// BucketOverhead is what a bucket costs beside its key's bytes: its map
+// slot (key header, entry, control byte, free slots) and the key's
+// allocation rounding. TestBucketOverhead measures 63 to 70 bytes,
+// depending on how full the maps are.
+const BucketOverhead = 72
+
 const (
 	defaultShards        = 64
 	defaultSweepInterval = 10 * time.Second
@@ -49,11 +65,12 @@ const (
 
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
-	shards    []shard
-	mask      uint64
-	perShard  int
-	seed      maphash.Seed
-	evictions atomic.Uint64
+	shards        []shard
+	mask          uint64
+	perShard      int   // buckets
+	perShardBytes int64 // keys and overhead
+	seed          maphash.Seed
+	evictions     atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -61,9 +78,21 @@ type Store struct {
 }
 
 type shard struct {
-	mu sync.Mutex
-	m  map[string]entry
-	_  [64 - 16]byte // with the mutex and map pointer, a 64-byte cache line: no two shards' mutexes share one
+	mu    sync.Mutex
+	m     map[string]entry
+	bytes int64         // keys and overhead held
+	_     [64 - 24]byte // with the fields above, a 64-byte cache line: no two shards' mutexes share one
+}
+
+// cost is what a bucket with key counts against MaxBytes.
+func cost(key string) int64 { return int64(len(key)) + BucketOverhead }
+
+// delete removes a bucket, if there, and its bytes.
+func (sh *shard) delete(key string) {
+	if _, ok := sh.m[key]; ok {
+		delete(sh.m, key)
+		sh.bytes -= cost(key)
+	}
 }
 
 type entry struct {
@@ -78,6 +107,12 @@ func New(opts Options) (*Store, error) {
 	}
 	if opts.MaxBuckets < 1 {
 		return nil, fmt.Errorf("memory store: max buckets must be at least 1, got %d", opts.MaxBuckets)
+	}
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxBytes < 1 {
+		return nil, fmt.Errorf("memory store: max bytes must be at least 1, got %d", opts.MaxBytes)
 	}
 	if opts.Shards == 0 {
 		opts.Shards = defaultShards
@@ -99,9 +134,12 @@ func New(opts Options) (*Store, error) {
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		perShard: opts.MaxBuckets / n,
-		seed:     maphash.MakeSeed(),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		// A shard's share of the bytes; a bucket whose key alone is larger
+		// is decided but not kept.
+		perShardBytes: opts.MaxBytes / int64(n),
+		seed:          maphash.MakeSeed(),
+		stop:          make(chan struct{}),
+		done:          make(chan struct{}),
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]entry)
@@ -177,7 +215,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 // buckets of the request being saved, which eviction must not pick.
 func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request []leaky.Bucket) {
 	if r.TTL <= 0 {
-		delete(sh.m, key) // empty: nothing to remember
+		sh.delete(key) // empty: nothing to remember
 		return
 	}
 	e := entry{state: r.State, expires: now + r.TTL.Microseconds()}
@@ -185,17 +223,26 @@ func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request [
 		sh.m[key] = e
 		return
 	}
-	if len(sh.m) >= s.perShard {
-		s.evict(sh, now, request)
+	c := cost(key)
+	if c > s.perShardBytes {
+		s.evictions.Add(1) // too large to keep at all: as if evicted at once
+		return
+	}
+	for len(sh.m) >= s.perShard || sh.bytes+c > s.perShardBytes {
+		if !s.evict(sh, now, request) {
+			return // only buckets of this request are held: it is not kept
+		}
 	}
 	// The key may share memory with a longer one; keep only its own bytes.
 	sh.m[strings.Clone(key)] = e
+	sh.bytes += c
 }
 
 // evict removes, of a few sampled buckets not in the current request, the
 // one that expires first: expired buckets go before live ones, and among live
-// ones the nearest to empty loses the least.
-func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) {
+// ones the nearest to empty loses the least. It reports whether it removed
+// one.
+func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) bool {
 	var (
 		victim  string
 		expires int64
@@ -214,11 +261,12 @@ func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) {
 		}
 	}
 	if found {
-		delete(sh.m, victim)
+		sh.delete(victim)
 		if expires > now {
 			s.evictions.Add(1)
 		}
 	}
+	return found
 }
 
 func inRequest(key string, request []leaky.Bucket) bool {
@@ -268,8 +316,21 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Evictions returns how many live buckets were dropped to make room since
-// the store was created.
+// Bytes returns the bytes the buckets held count against MaxBytes.
+func (s *Store) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many live buckets were dropped to make room (or
+// not kept, their key alone being larger than a shard's share of MaxBytes)
+// since the store was created.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Sweep removes the buckets that have expired at now, one shard at a time,
@@ -282,7 +343,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.expires <= us {
-				delete(sh.m, k)
+				sh.delete(k)
 				removed++
 			}
 		}

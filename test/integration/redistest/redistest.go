@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +142,26 @@ func (s *Server) Stop() {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 		s.cmd = nil
+	}
+}
+
+// Pause stops the server's process without ending it (SIGSTOP): its port
+// still accepts connections but nothing answers, as with a hung Redis.
+// Resume lets it go on; Stop kills it paused or not.
+func (s *Server) Pause() {
+	s.t.Helper()
+	if s.cmd == nil {
+		s.t.Skip("pausing needs a redis-server process, not a container")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("pausing redis-server: %v", err)
+	}
+}
+
+// Resume undoes Pause.
+func (s *Server) Resume() {
+	if s.cmd != nil {
+		s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }
 
