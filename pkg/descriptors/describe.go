@@ -55,8 +55,8 @@ func describeLevel(lv *level) []DescriptorDescription {
 			Value:          n.value,
 			Unlimited:      n.unlimited,
 			ShareThreshold: n.parts != nil && n.component != "",
-			DetailedMetric: n.raw.detailedMetric,
-			ValueToMetric:  n.raw.valueToMetric,
+			DetailedMetric: n.detailedMetric,
+			ValueToMetric:  n.valueToMetric,
 			Descriptors:    describeLevel(n.children),
 		}
 		if r := n.rule; r != nil {

@@ -86,14 +86,19 @@ func Parse(sources ...Source) (*Config, []Problem, error) {
 		}
 		if prev, dup := c.domains[raw.name]; dup {
 			errs = append(errs, Problem{File: src.Name, Line: raw.line, Field: "domain",
-				Msg: fmt.Sprintf("%q is already defined in %s:%d", raw.name, prev.File, firstLine[raw.name])})
+				Msg: fmt.Sprintf("%q is already defined in %s:%d", clip(raw.name), prev.File, firstLine[raw.name])})
 			continue
 		}
 		if len(raw.descriptors) == 0 {
 			warnings = append(warnings, Problem{File: src.Name, Line: raw.line, Field: "descriptors",
-				Msg: fmt.Sprintf("domain %q has no descriptors: every request for it is allowed", raw.name)})
+				Msg: fmt.Sprintf("domain %q has no descriptors: every request for it is allowed", clip(raw.name))})
 		}
-		c.domains[raw.name] = compile(src.Name, raw)
+		d, p := compile(src.Name, raw, compileBudget(len(src.Data)))
+		if p != nil {
+			errs = append(errs, *p)
+			continue
+		}
+		c.domains[raw.name] = d
 		firstLine[raw.name] = raw.line
 		c.files = append(c.files, src.Name)
 	}
@@ -125,8 +130,7 @@ func configFiles(path string) ([]string, error) {
 	var files []string
 	for _, e := range entries {
 		name := e.Name()
-		ext := strings.ToLower(filepath.Ext(name))
-		if strings.HasPrefix(name, ".") || (ext != ".yaml" && ext != ".yml") {
+		if !IsConfigFile(name) {
 			continue
 		}
 		full := filepath.Join(path, name)
@@ -139,6 +143,14 @@ func configFiles(path string) ([]string, error) {
 		return nil, fmt.Errorf("reading config: %w: no *.yaml or *.yml file in %s", ErrNoConfig, path)
 	}
 	return files, nil
+}
+
+// IsConfigFile reports whether Load reads a file of this name (a base
+// name) in a config directory: *.yaml and *.yml, but not names starting
+// with a dot, such as a Kubernetes ConfigMap's ..data.
+func IsConfigFile(name string) bool {
+	ext := strings.ToLower(filepath.Ext(name))
+	return !strings.HasPrefix(name, ".") && (ext == ".yaml" || ext == ".yml")
 }
 
 // ErrNoConfig is returned by Load for a directory without config files.

@@ -162,6 +162,12 @@ func TestParseRejects(t *testing.T) {
 		{"two names", "domain: api\ndescriptors:\n  - key: user\n    name: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: b}\n",
 			`bad.yaml:5: descriptors[0].rate_limit.name: is "b" but the descriptor's name is "a"`},
 		{"two documents", "domain: api\n---\ndomain: web\n", "bad.yaml:2: holds more than one YAML document"},
+		{"a second document not YAML", "domain: api\n---\n\n\nfoo: [\n", "bad.yaml:5: invalid YAML: did not find expected node content"},
+		{"a second document badly indented", "domain: api\n---\na: b\n  c: d\n", "bad.yaml:4: invalid YAML: mapping values are not allowed"},
+		{"a limit replacing itself", "domain: api\ndescriptors:\n  - key: user\n    name: x\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: y\n        - name: x\n",
+			`bad.yaml:10: descriptors[0].rate_limit.replaces[1].name: "x" is the name of this limit: a limit cannot replace itself`},
+		{"a nested limit replacing itself", "domain: api\ndescriptors:\n  - key: a\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1, name: y, replaces: [{name: y}]}\n",
+			`bad.yaml:7: descriptors[1].descriptors[0].rate_limit.replaces[0].name: "y" is the name of this limit`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

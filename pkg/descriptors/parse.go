@@ -41,8 +41,9 @@ type rawDomain struct {
 
 // rawNode is one descriptor as written, checked field by field.
 type rawNode struct {
+	up    *rawNode // the descriptor it is nested in; nil at the top
+	index int      // its place in its list
 	line  int
-	path  string // YAML path, e.g. descriptors[0].descriptors[1]
 	key   string
 	value string // "" for any value
 	name  string
@@ -51,12 +52,27 @@ type rawNode struct {
 	rate      *leaky.Rate // the limit as written in rate_limit form, if it was
 	unlimited bool
 	replaces  []string // names of the limits this one replaces
+	// replacesLines are the lines of the names in replaces.
+	replacesLines []int
 
 	shadow         bool
 	shareThreshold bool
 	detailedMetric bool // metrics of this limit show the request's values
 	valueToMetric  bool // metrics below show this level's value
 	children       []*rawNode
+}
+
+// path returns the descriptor's place in its file, e.g.
+// descriptors[0].descriptors[1]; it is made only for a problem.
+func (n *rawNode) path() string { return string(n.appendPath(nil)) }
+
+func (n *rawNode) appendPath(b []byte) []byte {
+	if n.up != nil {
+		b = append(n.up.appendPath(b), '.')
+	}
+	b = append(b, "descriptors["...)
+	b = strconv.AppendInt(b, int64(n.index), 10)
+	return append(b, ']')
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
@@ -75,49 +91,64 @@ func parseFile(r *reader, data []byte) *rawDomain {
 		return nil
 	}
 	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		r.errors = append(r.errors, Problem{File: r.file, Line: extra.Line, Msg: "holds more than one YAML document: put each domain in its own file"})
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil: // a later document that is not YAML: its line
+		r.errors = append(r.errors, yamlProblem(r.file, data, err))
+		return nil
+	default:
+		r.errors = append(r.errors, Problem{File: r.file, Line: max(extra.Line, 1), Msg: "holds more than one YAML document: put each domain in its own file"})
 		return nil
 	}
-	if err := checkAliases(doc.Content[0]); err != nil {
-		r.errors = append(r.errors, *err)
-		r.errors[len(r.errors)-1].File = r.file
+	if len(doc.Content) == 0 {
+		r.errors = append(r.errors, Problem{File: r.file, Line: max(doc.Line, 1), Field: "domain", Msg: "is required: the document is empty"})
+		return nil
+	}
+	if p := checkAliases(doc.Content[0]); p != nil {
+		p.File = r.file
+		r.errors = append(r.errors, *p)
 		return nil
 	}
 	root := deref(doc.Content[0])
-	fields, ok := r.mapping(root, "", fileFields)
+	var buf [3]field // one per name of fileFields
+	fields, ok := r.mapping(root, nil, fileFields, buf[:0])
 	if !ok {
 		return nil
 	}
 	d := &rawDomain{line: root.Line}
 	hasDomain := false
+	var top *fieldPath // the file itself
 	for _, f := range fields {
+		fp := top.field(f.name)
 		switch f.name {
 		case "domain":
 			hasDomain = true
 			d.line = f.value.Line
-			if d.name, ok = r.text(f.value, "domain"); ok && d.name == "" {
-				r.errorf(f.value, "domain", "must not be empty")
+			if d.name, ok = r.text(f.value, &fp); ok && d.name == "" {
+				r.errorf(f.value, &fp, "must not be empty")
 			}
 		case "match":
 			var m string
-			if m, ok = r.text(f.value, "match"); ok {
+			if m, ok = r.text(f.value, &fp); ok {
 				switch m {
 				case "all":
 				case "leaf":
 					d.leaf = true
 				default:
-					r.errorf(f.value, "match", "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", m)
+					r.errorf(f.value, &fp, "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", clip(m))
 				}
 			}
 		case "descriptors":
-			d.descriptors = r.descriptorList(f.value, "descriptors")
+			d.descriptors = r.descriptorList(f.value, nil)
 		}
 	}
 	if !hasDomain {
-		r.errorf(root, "domain", "is required")
+		fp := top.field("domain")
+		r.errorf(root, &fp, "is required")
 	}
-	r.checkReplaces(d.descriptors)
+	if r.hasReplaces {
+		r.checkReplaces(d.descriptors)
+	}
 	return d
 }
 
@@ -131,19 +162,28 @@ func (r *reader) checkReplaces(top []*rawNode) {
 			if n.name != "" && n.limit != nil {
 				names[n.name] = true
 			}
-			all = append(all, n)
+			if len(n.replaces) > 0 {
+				all = append(all, n)
+			}
 			walk(n.children)
 		}
 	}
 	walk(top)
 	for _, n := range all {
-		for _, name := range n.replaces {
-			if !names[name] {
-				r.warnings = append(r.warnings, Problem{File: r.file, Line: n.line, Field: join(n.path, "rate_limit.replaces"),
-					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", name)})
+		for i, name := range n.replaces {
+			if !names[name] && len(r.warnings) >= maxProblems {
+				r.moreWarnings.add(n.replacesLines[i])
+			} else if !names[name] {
+				r.addWarning(Problem{Line: n.replacesLines[i], Field: replacesField(n, i),
+					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", clip(name))})
 			}
 		}
 	}
+}
+
+// replacesField is the path of the name of item i of n's replaces.
+func replacesField(n *rawNode, i int) string {
+	return fmt.Sprintf("%s.rate_limit.replaces[%d].name", n.path(), i)
 }
 
 // yamlProblem turns a YAML syntax error into a Problem with its line: the
@@ -165,69 +205,142 @@ func isControl(r rune) bool {
 	return (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f
 }
 
-// maxExpandedNodes bounds the nodes a file may expand to through aliases,
-// against "billion laughs" files.
-const maxExpandedNodes = 1_000_000
+// maxAliasNodes bounds the nodes that aliases add to a file, against
+// "billion laughs" files: a few lines of aliases, each naming the one
+// before ten times, that expand to billions of nodes. What a file spells
+// out has no bound but the file's size: reading it is linear in its bytes.
+const maxAliasNodes = 1_000_000
 
 // checkAliases rejects an alias to a node that contains it (which would make
-// the walk endless) and aliases that expand to too many nodes.
+// the walk endless) and aliases that add more than maxAliasNodes nodes to
+// the tree the reader walks. A file without aliases allocates nothing here.
 func checkAliases(root *yaml.Node) *Problem {
-	const visiting = -1 // a node whose expansion is under way
-	sizes := map[*yaml.Node]int{}
-	var size func(n *yaml.Node) (int, *Problem)
-	size = func(n *yaml.Node) (int, *Problem) {
-		if s, ok := sizes[n]; ok {
+	var a aliasCheck
+	return a.walk(root)
+}
+
+// aliasCheck adds up what the aliases of a file expand to.
+type aliasCheck struct {
+	sizes map[*yaml.Node]int // expanded size of each anchor an alias names
+	added int                // nodes the aliases met so far add
+}
+
+// walk visits the tree as written, without following aliases, and counts
+// what each alias adds.
+func (a *aliasCheck) walk(n *yaml.Node) *Problem {
+	if n.Kind == yaml.AliasNode {
+		s, p := a.alias(n)
+		if p != nil {
+			return p
+		}
+		if a.added += s; a.added > maxAliasNodes {
+			return &Problem{Line: n.Line, Msg: fmt.Sprintf("aliases expand to more than %d nodes", maxAliasNodes)}
+		}
+		return nil
+	}
+	for _, c := range n.Content {
+		if p := a.walk(c); p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// alias returns the number of nodes the alias n expands to, or a problem
+// at n's line.
+func (a *aliasCheck) alias(n *yaml.Node) (int, *Problem) {
+	if n.Alias == nil {
+		return 0, nil
+	}
+	s, cycle := a.size(n.Alias)
+	if cycle != nil {
+		if cycle.Line == 0 {
+			cycle.Line = n.Line
+		}
+		return 0, cycle
+	}
+	return s, nil
+}
+
+// size returns the number of nodes n expands to through aliases, at most
+// maxAliasNodes+1. Only anchored nodes, the ones aliases name, are
+// remembered: the others are walked once per walk of their anchor.
+func (a *aliasCheck) size(n *yaml.Node) (int, *Problem) {
+	const visiting = -1 // an anchor whose expansion is under way
+	if n.Anchor != "" {
+		if s, ok := a.sizes[n]; ok {
 			if s == visiting {
-				return 0, &Problem{Line: n.Line, Msg: "an alias refers to a node that contains it"}
+				return 0, &Problem{Msg: "an alias refers to a node that contains it"}
 			}
 			return s, nil
 		}
-		sizes[n] = visiting
-		total := 1
-		children := n.Content
-		if n.Kind == yaml.AliasNode {
-			children = []*yaml.Node{n.Alias}
+		if a.sizes == nil {
+			a.sizes = map[*yaml.Node]int{}
 		}
-		for _, c := range children {
-			s, p := size(c)
-			if p != nil {
-				if n.Kind == yaml.AliasNode {
-					p.Line = n.Line
-				}
-				return 0, p
-			}
-			total += s
-			if total > maxExpandedNodes {
-				return 0, &Problem{Line: n.Line, Msg: fmt.Sprintf("aliases expand to more than %d nodes", maxExpandedNodes)}
-			}
-		}
-		sizes[n] = total
-		return total, nil
+		a.sizes[n] = visiting
 	}
-	_, p := size(root)
-	return p
+	total := 1
+	for _, c := range n.Content {
+		var s int
+		var p *Problem
+		if c.Kind == yaml.AliasNode {
+			s, p = a.alias(c)
+		} else {
+			s, p = a.size(c)
+		}
+		if p != nil {
+			return 0, p
+		}
+		if total += s; total > maxAliasNodes {
+			total = maxAliasNodes + 1 // enough to fail: stop counting
+			break
+		}
+	}
+	if n.Anchor != "" {
+		a.sizes[n] = total
+	}
+	return total, nil
 }
 
-// descriptorList reads a list of descriptors and reports siblings that
-// match the same key and value.
-func (r *reader) descriptorList(n *yaml.Node, path string) []*rawNode {
-	items, ok := r.sequence(n, path)
-	if !ok {
+// descriptorList reads the list of descriptors below up (nil: the file's
+// own) and reports siblings that match the same key and value.
+//
+// The paths of the descriptors read are their rawNodes, not fieldPaths on
+// the stack: the compiler moves to the heap what the recursion passes on.
+func (r *reader) descriptorList(n *yaml.Node, up *rawNode) []*rawNode {
+	p := fieldPath{node: up, name: "descriptors"}
+	items, ok := r.sequence(n, &p)
+	if !ok || len(items) == 0 {
 		return nil
 	}
 	nodes := make([]*rawNode, 0, len(items))
-	seen := map[[2]string]int{}
+	var seen map[[2]string]*rawNode // for long lists; short ones are searched
+	if len(items) > 8 {
+		seen = make(map[[2]string]*rawNode, len(items))
+	}
 	for i, item := range items {
-		d := r.descriptor(item, fmt.Sprintf("%s[%d]", path, i))
+		item = deref(item)
+		d := r.descriptor(item, up, i)
 		if d == nil {
 			continue
 		}
 		id := [2]string{d.key, d.value}
-		if first, dup := seen[id]; dup {
-			r.errorf(item, d.path, "duplicate descriptor: key %q with %s is already defined on line %d", d.key, describeValue(d.value), first)
+		first := seen[id]
+		if seen == nil {
+			for _, s := range nodes {
+				if s.key == d.key && s.value == d.value {
+					first = s
+					break
+				}
+			}
+		}
+		if first != nil {
+			r.errorf(item, &fieldPath{node: d}, "duplicate descriptor: key %q with %s is already defined on line %d", clip(d.key), describeValue(d.value), first.line)
 			continue
 		}
-		seen[id] = d.line
+		if seen != nil {
+			seen[id] = d
+		}
 		nodes = append(nodes, d)
 	}
 	return nodes
@@ -237,105 +350,129 @@ func describeValue(v string) string {
 	if v == "" {
 		return "any value"
 	}
-	return fmt.Sprintf("value %q", v)
+	return fmt.Sprintf("value %q", clip(v))
 }
 
-// descriptor reads one descriptor mapping; nil if it is unusable.
-func (r *reader) descriptor(n *yaml.Node, path string) *rawNode {
-	fields, ok := r.mapping(n, path, descriptorFields)
+// fieldsBuf holds the fields of one mapping: more than any mapping knows.
+type fieldsBuf [16]field
+
+// descriptor reads one descriptor mapping, item index of the list of up's
+// children (nil: the file's list); nil if it is unusable.
+func (r *reader) descriptor(n *yaml.Node, up *rawNode, index int) *rawNode {
+	d := &rawNode{up: up, index: index, line: n.Line}
+	p := &fieldPath{node: d}
+	var buf fieldsBuf
+	fields, ok := r.mapping(n, p, descriptorFields, buf[:0])
 	if !ok {
 		return nil
 	}
-	d := &rawNode{line: n.Line, path: path}
 	var leakyNode, rateNode *yaml.Node
 	hasKey := false
 	for _, f := range fields {
-		fp := join(path, f.name)
+		fp := p.field(f.name)
 		switch f.name {
 		case "key":
 			hasKey = true
-			if d.key, ok = r.text(f.value, fp); ok && d.key == "" {
-				r.errorf(f.value, fp, "must not be empty")
+			if d.key, ok = r.text(f.value, &fp); ok && d.key == "" {
+				r.errorf(f.value, &fp, "must not be empty")
 			}
 		case "value":
-			d.value, _ = r.text(f.value, fp)
+			d.value, _ = r.text(f.value, &fp)
 			if d.value == "*" {
 				d.value = "" // "*" and no value both match any value
 			}
 		case "name":
-			d.name, _ = r.text(f.value, fp)
+			d.name, _ = r.text(f.value, &fp)
 		case "leaky_bucket":
 			leakyNode = f.value
-			d.limit = r.leakyBucket(f.value, fp)
+			d.limit = r.leakyBucket(f.value, &fp)
 		case "rate_limit":
 			rateNode = f.value
-			r.rateLimit(f.value, fp, d)
+			r.rateLimit(f.value, &fp, d)
 		case "shadow_mode":
-			d.shadow, _ = r.boolean(f.value, fp)
+			d.shadow, _ = r.boolean(f.value, &fp)
 		case "share_threshold":
-			d.shareThreshold, _ = r.boolean(f.value, fp)
+			d.shareThreshold, _ = r.boolean(f.value, &fp)
 		case "descriptors":
-			d.children = r.descriptorList(f.value, fp)
+			d.children = r.descriptorList(f.value, d)
 		case "detailed_metric":
-			d.detailedMetric, _ = r.boolean(f.value, fp)
+			d.detailedMetric, _ = r.boolean(f.value, &fp)
 		case "value_to_metric":
-			d.valueToMetric, _ = r.boolean(f.value, fp)
+			d.valueToMetric, _ = r.boolean(f.value, &fp)
 		case "quota_mode":
-			if on, ok := r.boolean(f.value, fp); ok && on {
-				r.warnOnce(f.key, fp, f.name, ignored[f.name])
+			if on, ok := r.boolean(f.value, &fp); ok && on {
+				r.warnOnce(f.key, &fp, f.name, ignored[f.name])
 			}
 		case "metadata":
-			r.warnOnce(f.key, fp, f.name, ignored[f.name])
+			r.warnOnce(f.key, &fp, f.name, ignored[f.name])
 		}
 	}
 	if !hasKey {
-		r.errorf(n, join(path, "key"), "is required")
+		fp := p.field("key")
+		r.errorf(n, &fp, "is required")
 	}
 	if leakyNode != nil && rateNode != nil {
-		r.errorf(rateNode, path, "has both leaky_bucket (line %d) and rate_limit: give one", leakyNode.Line)
+		r.errorf(rateNode, p, "has both leaky_bucket (line %d) and rate_limit: give one", leakyNode.Line)
+	}
+	if d.limit != nil && d.name != "" {
+		// Requests that reach this limit would drop it: it would never apply.
+		for i, name := range d.replaces {
+			if name == d.name {
+				r.addError(Problem{Line: d.replacesLines[i], Field: replacesField(d, i),
+					Msg: fmt.Sprintf("%q is the name of this limit: a limit cannot replace itself (it would never apply)", clip(name))})
+			}
+		}
 	}
 	if d.shareThreshold && !strings.Contains(d.value, "*") {
-		r.warnf(n, join(path, "share_threshold"), "has no effect: value %q has no '*' wildcard", d.value)
+		fp := p.field("share_threshold")
+		r.warnf(n, &fp, "has no effect: value %q has no '*' wildcard", clip(d.value))
 	}
 	if d.unlimited && limitBelow(d.children) {
-		r.warnf(n, path, "the limits below this unlimited descriptor never apply: a descriptor that reaches it is not limited")
+		r.warnf(n, p, "the limits below this unlimited descriptor never apply: a descriptor that reaches it is not limited")
 	}
 	if d.shadow && d.limit == nil {
-		r.warnf(n, join(path, "shadow_mode"), "has no effect: the descriptor has no limit")
+		fp := p.field("shadow_mode")
+		r.warnf(n, &fp, "has no effect: the descriptor has no limit")
 	}
 	return d
 }
 
-func (r *reader) leakyBucket(n *yaml.Node, path string) *leaky.Limit {
-	fields, ok := r.mapping(n, path, leakyFields)
+func (r *reader) leakyBucket(n *yaml.Node, p *fieldPath) *leaky.Limit {
+	var buf fieldsBuf
+	fields, ok := r.mapping(n, p, leakyFields, buf[:0])
 	if !ok {
 		return nil
 	}
 	l := leaky.Limit{DripSize: 1}
-	valid, has := true, map[string]bool{}
+	valid, hasSize, hasRate := true, false, false
 	for _, f := range fields {
-		fp := join(path, f.name)
-		has[f.name] = true
+		fp := p.field(f.name)
 		switch f.name {
 		case "size":
-			l.Size, ok = r.integer(f.value, fp, 0, leaky.MaxSize)
+			hasSize = true
+			l.Size, ok = r.integer(f.value, &fp, 0, leaky.MaxSize)
 		case "drip_rate":
-			if l.DripRate, ok = r.duration(f.value, fp); ok {
+			hasRate = true
+			if l.DripRate, ok = r.duration(f.value, &fp); ok {
 				if err := leaky.CheckDripRate(l.DripRate); err != nil {
-					r.errorf(f.value, fp, "%s", strings.TrimPrefix(err.Error(), "drip_rate "))
+					r.errorf(f.value, &fp, "%s", strings.TrimPrefix(err.Error(), "drip_rate "))
 					ok = false
 				}
 			}
 		case "drip_size":
-			l.DripSize, ok = r.integer(f.value, fp, 1, leaky.MaxSize)
+			l.DripSize, ok = r.integer(f.value, &fp, 1, leaky.MaxSize)
 		}
 		valid = valid && ok
 	}
-	for _, req := range []string{"size", "drip_rate"} {
-		if !has[req] {
-			r.errorf(n, join(path, req), "is required")
-			valid = false
-		}
+	if !hasSize {
+		fp := p.field("size")
+		r.errorf(n, &fp, "is required")
+		valid = false
+	}
+	if !hasRate {
+		fp := p.field("drip_rate")
+		r.errorf(n, &fp, "is required")
+		valid = false
 	}
 	if !valid {
 		return nil
@@ -344,8 +481,9 @@ func (r *reader) leakyBucket(n *yaml.Node, path string) *leaky.Limit {
 }
 
 // rateLimit reads envoyproxy/ratelimit's rate_limit block into d.
-func (r *reader) rateLimit(n *yaml.Node, path string, d *rawNode) {
-	fields, ok := r.mapping(n, path, rateFields)
+func (r *reader) rateLimit(n *yaml.Node, p *fieldPath, d *rawNode) {
+	var buf fieldsBuf
+	fields, ok := r.mapping(n, p, rateFields, buf[:0])
 	if !ok {
 		return
 	}
@@ -356,53 +494,56 @@ func (r *reader) rateLimit(n *yaml.Node, path string, d *rawNode) {
 		unlimitedField *yaml.Node
 	)
 	for _, f := range fields {
-		fp := join(path, f.name)
+		fp := p.field(f.name)
 		switch f.name {
 		case "unit":
 			unitNode = f.value
 			var s string
-			if s, ok = r.text(f.value, fp); ok {
+			if s, ok = r.text(f.value, &fp); ok {
 				if rate.Unit, ok = parseUnit(s); !ok {
-					r.errorf(f.value, fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", s)
+					r.errorf(f.value, &fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", clip(s))
 				}
 			}
 		case "requests_per_unit":
 			hasRPU = true
 			var v int64
-			v, ok = r.integer(f.value, fp, 0, math.MaxUint32)
+			v, ok = r.integer(f.value, &fp, 0, math.MaxUint32)
 			rate.RequestsPerUnit = uint32(v)
 		case "unit_multiplier":
 			var v int64
-			v, ok = r.integer(f.value, fp, 1, math.MaxUint32)
+			v, ok = r.integer(f.value, &fp, 1, math.MaxUint32)
 			rate.Multiplier = uint32(v)
 		case "unlimited":
 			unlimitedField = f.key
-			d.unlimited, ok = r.boolean(f.value, fp)
+			d.unlimited, ok = r.boolean(f.value, &fp)
 		case "name":
 			var name string
-			if name, ok = r.text(f.value, fp); ok && name != "" {
+			if name, ok = r.text(f.value, &fp); ok && name != "" {
 				if d.name != "" && d.name != name {
-					r.errorf(f.value, fp, "is %q but the descriptor's name is %q: give one name", name, d.name)
+					r.errorf(f.value, &fp, "is %q but the descriptor's name is %q: give one name", clip(name), clip(d.name))
 				}
 				d.name = name
 			}
 		case "replaces":
-			d.replaces, ok = r.replaces(f.value, fp)
+			ok = r.replaces(f.value, &fp, d)
 		}
 		valid = valid && ok
 	}
 	switch {
 	case d.unlimited:
 		if unitNode != nil || hasRPU {
-			r.errorf(unlimitedField, join(path, "unlimited"), "cannot be combined with unit or requests_per_unit")
+			fp := p.field("unlimited")
+			r.errorf(unlimitedField, &fp, "cannot be combined with unit or requests_per_unit")
 		}
 		return
 	case unitNode == nil:
-		r.errorf(n, join(path, "unit"), "is required (or set unlimited: true)")
+		fp := p.field("unit")
+		r.errorf(n, &fp, "is required (or set unlimited: true)")
 		return
 	case !hasRPU:
 		// envoyproxy/ratelimit reads a missing requests_per_unit as 0.
-		r.warnf(n, join(path, "requests_per_unit"), "is missing: read as 0, which rejects every request, as envoyproxy/ratelimit does")
+		fp := p.field("requests_per_unit")
+		r.warnf(n, &fp, "is missing: read as 0, which rejects every request, as envoyproxy/ratelimit does")
 	case !valid:
 		return
 	}
@@ -425,27 +566,34 @@ func parseUnit(s string) (leaky.Unit, bool) {
 	return u, err == nil
 }
 
-// replaces reads envoyproxy/ratelimit's replaces list: [{name: ...}].
-func (r *reader) replaces(n *yaml.Node, path string) ([]string, bool) {
-	items, ok := r.sequence(n, path)
-	var names []string
+var replacesFields = []string{"name"}
+
+// replaces reads envoyproxy/ratelimit's replaces list, [{name: ...}], into
+// d's replaces, with the names' lines.
+func (r *reader) replaces(n *yaml.Node, p *fieldPath, d *rawNode) bool {
+	items, ok := r.sequence(n, p)
 	for i, item := range items {
-		fp := fmt.Sprintf("%s[%d]", path, i)
-		fields, mok := r.mapping(item, fp, []string{"name"})
+		ip := p.item(i)
+		var buf fieldsBuf
+		fields, mok := r.mapping(item, &ip, replacesFields, buf[:0])
 		ok = ok && mok
 		if mok && len(fields) == 0 {
-			r.errorf(item, join(fp, "name"), "is required")
+			fp := ip.field("name")
+			r.errorf(deref(item), &fp, "is required")
 			ok = false
 		}
 		for _, f := range fields {
-			name, tok := r.text(f.value, join(fp, f.name))
+			fp := ip.field(f.name)
+			name, tok := r.text(f.value, &fp)
 			if tok && name == "" {
-				r.errorf(f.value, join(fp, f.name), "must not be empty")
+				r.errorf(f.value, &fp, "must not be empty")
 				tok = false
 			}
-			names = append(names, name)
+			d.replaces = append(d.replaces, name)
+			d.replacesLines = append(d.replacesLines, f.value.Line)
+			r.hasReplaces = true
 			ok = ok && tok
 		}
 	}
-	return names, ok
+	return ok
 }

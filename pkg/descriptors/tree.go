@@ -1,7 +1,9 @@
 package descriptors
 
 import (
-	"sort"
+	"cmp"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
@@ -89,9 +91,16 @@ func (d *Domain) Rules() []*Rule { return d.rules }
 
 // level holds the children of one node, indexed for matching.
 type level struct {
+	// byKey indexes a large level; nil for a small one, whose nodes are
+	// searched in small: most levels have a few nodes, for which maps
+	// would be most of a large config's memory.
 	byKey map[string]*candidates
+	small []*node // a small level in matching precedence, as candidates
 	order []*node // as written, for Describe
 }
+
+// smallLevel is the most nodes a level searches rather than indexes.
+const smallLevel = 8
 
 // candidates are the nodes of one level with the same key, in matching
 // precedence: exact value, then wildcards (most literal characters first),
@@ -103,75 +112,128 @@ type candidates struct {
 }
 
 type node struct {
-	raw   *rawNode // as written, for Describe
 	key   string
 	value string   // as written; "" for any value
 	parts []string // a wildcard's value split at '*'; nil otherwise
 	// component is the node's fixed part of a bucket key; "" when the key
 	// takes the request's value (any value, or a wildcard not shared).
-	component string
-	rule      *Rule
-	unlimited bool
-	children  *level
+	component      string
+	rule           *Rule
+	unlimited      bool
+	detailedMetric bool // as written, for Describe
+	valueToMetric  bool
+	children       *level
 }
 
-// compile builds the tree of one parsed domain.
-func compile(file string, raw *rawDomain) *Domain {
-	d := &Domain{Name: raw.name, File: file, prefix: escape(raw.name), leaf: raw.leaf}
-	d.root = d.level(raw.descriptors, parent{})
-	return d
+// precedence orders the nodes of one key: exact value, wildcards with the
+// most literal characters first, any value.
+func (n *node) precedence() int {
+	switch {
+	case n.parts != nil:
+		return 1<<30 - literalLen(n.parts)
+	case n.value == "":
+		return 1 << 31
+	}
+	return 0
 }
 
-// parent is what a node inherits from the nodes above it.
+// compileBudget bounds the bytes of the strings that compiling a file of
+// size bytes makes: each limit's path and each level's part of bucket keys
+// repeat the levels above them, and each repeat of a node through an
+// alias, so that a small file (a long value above many nodes) could ask
+// for gigabytes. A config as written uses a small fraction of this.
+func compileBudget(size int) int { return 64<<20 + 4*size }
+
+// compiler builds the tree of one parsed domain within a budget of bytes.
+type compiler struct {
+	d      *Domain
+	budget int
+	over   *rawNode // the node that overran the budget
+}
+
+// compile builds the tree of one parsed domain, or says where the strings
+// it would make overran budget bytes.
+func compile(file string, raw *rawDomain, budget int) (*Domain, *Problem) {
+	c := compiler{d: &Domain{Name: raw.name, File: file, prefix: escape(raw.name), leaf: raw.leaf}, budget: budget}
+	c.d.root = c.level(raw.descriptors, parent{})
+	if n := c.over; n != nil {
+		return nil, &Problem{File: file, Line: max(n.line, 1), Field: n.path(),
+			Msg: fmt.Sprintf("the descriptors' paths and keys add up to more than %d MB here: values too long under too many descriptors, or repeated too often through aliases", budget>>20)}
+	}
+	return c.d, nil
+}
+
+// parent is what a node inherits from the nodes above it. It is passed by
+// value: a pointer to it would move each node's to the heap.
 type parent struct {
-	path   string
-	metric []metricPart
+	path   string // "" at the top
+	values bool   // a level above takes the request's value in metrics
 }
 
-func (d *Domain) level(raws []*rawNode, up parent) *level {
+func (c *compiler) level(raws []*rawNode, up parent) *level {
 	if len(raws) == 0 {
 		return nil
 	}
-	lv := &level{byKey: map[string]*candidates{}}
+	lv := &level{order: make([]*node, 0, len(raws))}
 	for _, raw := range raws {
-		n := d.node(raw, up)
+		n := c.node(raw, up)
+		if c.over != nil {
+			return nil // over budget: the tree is not used
+		}
 		lv.order = append(lv.order, n)
-		c := lv.byKey[raw.key]
-		if c == nil {
-			c = &candidates{exact: map[string]*node{}}
-			lv.byKey[raw.key] = c
+	}
+	if len(raws) <= smallLevel {
+		byPrecedence := func(a, b *node) int { return cmp.Compare(a.precedence(), b.precedence()) }
+		lv.small = lv.order // shared when already in order (both are read only)
+		if !slices.IsSortedFunc(lv.small, byPrecedence) {
+			lv.small = slices.Clone(lv.order)
+			slices.SortStableFunc(lv.small, byPrecedence)
+		}
+		return lv
+	}
+	lv.byKey = map[string]*candidates{}
+	for _, n := range lv.order {
+		cs := lv.byKey[n.key]
+		if cs == nil {
+			cs = &candidates{}
+			lv.byKey[n.key] = cs
 		}
 		switch {
 		case n.parts != nil:
-			c.wildcards = append(c.wildcards, n)
+			cs.wildcards = append(cs.wildcards, n)
 		case n.value == "":
-			c.any = n
+			cs.any = n
 		default:
-			c.exact[n.value] = n
+			if cs.exact == nil {
+				cs.exact = map[string]*node{}
+			}
+			cs.exact[n.value] = n
 		}
 	}
-	for _, c := range lv.byKey {
-		sort.SliceStable(c.wildcards, func(i, j int) bool {
-			return literalLen(c.wildcards[i].parts) > literalLen(c.wildcards[j].parts)
-		})
+	for _, cs := range lv.byKey {
+		slices.SortStableFunc(cs.wildcards, func(a, b *node) int { return cmp.Compare(a.precedence(), b.precedence()) })
 	}
 	return lv
 }
 
-func (d *Domain) node(raw *rawNode, up parent) *node {
-	n := &node{raw: raw, key: raw.key, value: raw.value, unlimited: raw.unlimited}
-	segment := raw.key
-	if raw.value != "" {
-		segment += "=" + raw.value
+// spend takes the bytes of a node's strings from the budget, or records
+// the node that overran it.
+func (c *compiler) spend(raw *rawNode, bytes int) bool {
+	if c.budget -= bytes; c.budget < 0 {
+		c.over = raw
+		return false
 	}
-	here := parent{
-		path:   segment,
-		metric: append(up.metric[:len(up.metric):len(up.metric)], metricPart{text: segment, withValue: raw.valueToMetric}),
+	return true
+}
+
+func (c *compiler) node(raw *rawNode, up parent) *node {
+	// The path, and at most the escaped key and value, before they are made.
+	if !c.spend(raw, len(up.path)+1+3*(len(raw.key)+1+len(raw.value))) {
+		return nil
 	}
-	if up.path != "" {
-		here.path = up.path + "/" + segment
-	}
-	path := here.path
+	n := &node{key: raw.key, value: raw.value, unlimited: raw.unlimited,
+		detailedMetric: raw.detailedMetric, valueToMetric: raw.valueToMetric}
+	here := parent{path: joinPath(up.path, raw.key, raw.value), values: up.values || raw.valueToMetric}
 	switch {
 	case strings.Contains(raw.value, "*"):
 		n.parts = strings.Split(raw.value, "*")
@@ -182,37 +244,57 @@ func (d *Domain) node(raw *rawNode, up parent) *node {
 		n.component = component(raw.key, raw.value)
 	}
 	if raw.limit != nil && !raw.unlimited {
-		r := &Rule{Name: raw.name, Path: path, Limit: *raw.limit, Shadow: raw.shadow, Replaces: raw.replaces, label: raw.name}
+		d := c.d
+		r := &Rule{Name: raw.name, Path: here.path, Limit: *raw.limit, Shadow: raw.shadow, Replaces: raw.replaces, label: raw.name}
 		d.replaces = d.replaces || len(raw.replaces) > 0
 		if r.label == "" {
-			r.label = path
+			r.label = here.path
 		}
 		if raw.rate != nil {
 			r.Rate = *raw.rate
 		} else {
 			r.Rate = raw.limit.Rate()
 		}
-		r.metric = metricParts(here.metric, raw.detailedMetric)
+		if here.values || raw.detailedMetric {
+			// The label's parts repeat the path.
+			if !c.spend(raw, 2*len(here.path)) {
+				return nil
+			}
+			r.metric = metricParts(raw, raw.detailedMetric)
+		}
 		n.rule = r
 		d.rules = append(d.rules, r)
 	}
-	n.children = d.level(raw.children, here)
+	if n.children = c.level(raw.children, here); c.over != nil {
+		return nil
+	}
 	return n
 }
 
-// metricParts returns the parts of a metric label that takes values, or
-// nil when no level does (the label is then fixed).
-func metricParts(parts []metricPart, detailed bool) []metricPart {
-	values := detailed
-	for _, p := range parts {
-		values = values || p.withValue
+// joinPath returns the path of a node below the one at path: "key" or
+// "key=value", after a '/'.
+func joinPath(path, key, value string) string {
+	var sep, eq string
+	if path != "" {
+		sep = "/"
 	}
-	if !values {
-		return nil
+	if value != "" {
+		eq = "="
 	}
-	out := make([]metricPart, len(parts))
-	for i, p := range parts {
-		out[i] = metricPart{text: p.text, withValue: p.withValue || detailed}
+	return path + sep + key + eq + value // one allocation
+}
+
+// metricParts returns the parts of the metric label of raw's limit, one
+// per level from the top down to raw.
+func metricParts(raw *rawNode, detailed bool) []metricPart {
+	depth := 0
+	for n := raw; n != nil; n = n.up {
+		depth++
+	}
+	out := make([]metricPart, depth)
+	for n := raw; n != nil; n = n.up {
+		depth--
+		out[depth] = metricPart{text: joinPath("", n.key, n.value), withValue: n.valueToMetric || detailed}
 	}
 	return out
 }
@@ -230,6 +312,14 @@ func (lv *level) match(key, value string) *node {
 	if lv == nil {
 		return nil
 	}
+	if lv.byKey == nil {
+		for _, n := range lv.small {
+			if n.key == key && n.matches(value) {
+				return n
+			}
+		}
+		return nil
+	}
 	c := lv.byKey[key]
 	if c == nil {
 		return nil
@@ -243,6 +333,17 @@ func (lv *level) match(key, value string) *node {
 		}
 	}
 	return c.any
+}
+
+// matches reports whether the node matches a request's value.
+func (n *node) matches(value string) bool {
+	switch {
+	case n.parts != nil:
+		return globMatch(n.parts, value)
+	case n.value == "":
+		return true
+	}
+	return n.value == value
 }
 
 // globMatch reports whether value matches the pattern whose literal parts,

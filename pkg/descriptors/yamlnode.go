@@ -7,17 +7,68 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
 
 // reader walks yaml.v3 nodes of one file and records problems with their
-// line and field path, so that one pass reports every mistake in the file.
+// line and field path, so that one pass reports every mistake in the file
+// (up to maxProblems errors, and as many warnings).
 type reader struct {
-	file     string
-	errors   []Problem
-	warnings []Problem
-	repeats  map[string]*repeat // warnings given once per field name
+	file         string
+	errors       []Problem
+	warnings     []Problem
+	moreErrors   dropped
+	moreWarnings dropped
+	repeats      map[string]*repeat // warnings given once per field name
+	hasReplaces  bool               // some limit replaces others: check the names
+}
+
+// maxProblems bounds the errors, and the warnings, listed per file: a few
+// lines of aliases can repeat one mistake a hundred thousand times, which
+// would be as many log lines.
+const maxProblems = 100
+
+// dropped counts the problems of a file beyond maxProblems.
+type dropped struct {
+	n, line int // how many; the line of the first
+}
+
+func (d *dropped) add(line int) {
+	if d.n == 0 {
+		d.line = line
+	}
+	d.n++
+}
+
+// problem is the line that stands for the problems dropped, if any.
+func (d *dropped) problem(file, kind string) []Problem {
+	if d.n == 0 {
+		return nil
+	}
+	return []Problem{{File: file, Line: max(d.line, 1),
+		Msg: fmt.Sprintf("and %d more %s in this file, the first on this line: only the first %d are listed", d.n, kind, maxProblems)}}
+}
+
+// addError records an error of this file, unless there are enough.
+func (r *reader) addError(p Problem) {
+	if len(r.errors) >= maxProblems {
+		r.moreErrors.add(p.Line)
+		return
+	}
+	p.File = r.file
+	r.errors = append(r.errors, p)
+}
+
+// addWarning records a warning of this file, unless there are enough.
+func (r *reader) addWarning(p Problem) {
+	if len(r.warnings) >= maxProblems {
+		r.moreWarnings.add(p.Line)
+		return
+	}
+	p.File = r.file
+	r.warnings = append(r.warnings, p)
 }
 
 // repeat is a warning about a field name and how many more places have it.
@@ -26,13 +77,17 @@ type repeat struct {
 	more  int
 }
 
-func (r *reader) errorf(n *yaml.Node, field, format string, args ...any) {
-	r.errors = append(r.errors, Problem{File: r.file, Line: line(n), Field: field, Msg: fmt.Sprintf(format, args...)})
+func (r *reader) errorf(n *yaml.Node, p *fieldPath, format string, args ...any) {
+	if len(r.errors) >= maxProblems { // before the message is made
+		r.moreErrors.add(line(n))
+		return
+	}
+	r.addError(Problem{Line: line(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
 // warnOnce records a warning about a field name once per file; later places
 // only add to a count that finish appends to the message.
-func (r *reader) warnOnce(n *yaml.Node, field, name, msg string) {
+func (r *reader) warnOnce(n *yaml.Node, p *fieldPath, name, msg string) {
 	if r.repeats == nil {
 		r.repeats = map[string]*repeat{}
 	}
@@ -40,12 +95,19 @@ func (r *reader) warnOnce(n *yaml.Node, field, name, msg string) {
 		rep.more++
 		return
 	}
+	if len(r.warnings) >= maxProblems {
+		r.moreWarnings.add(line(n))
+		return
+	}
 	r.repeats[name] = &repeat{index: len(r.warnings)}
-	r.warnings = append(r.warnings, Problem{File: r.file, Line: line(n), Field: field, Msg: msg})
+	r.addWarning(Problem{Line: line(n), Field: p.String(), Msg: msg})
 }
 
-// finish completes the messages of repeated warnings.
+// finish completes the messages of repeated warnings, and says how many
+// problems were not listed.
 func (r *reader) finish() {
+	r.errors = append(r.errors, r.moreErrors.problem(r.file, "errors")...)
+	r.warnings = append(r.warnings, r.moreWarnings.problem(r.file, "warnings")...)
 	for _, rep := range r.repeats {
 		switch {
 		case rep.more == 1:
@@ -56,8 +118,56 @@ func (r *reader) finish() {
 	}
 }
 
-func (r *reader) warnf(n *yaml.Node, field, format string, args ...any) {
-	r.warnings = append(r.warnings, Problem{File: r.file, Line: line(n), Field: field, Msg: fmt.Sprintf(format, args...)})
+func (r *reader) warnf(n *yaml.Node, p *fieldPath, format string, args ...any) {
+	if len(r.warnings) >= maxProblems {
+		r.moreWarnings.add(line(n))
+		return
+	}
+	r.addWarning(Problem{Line: line(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
+}
+
+// fieldPath is a field's place in its file, such as
+// descriptors[0].leaky_bucket.size: a chain of values on the reader's
+// stack, from a descriptor or (nil) the file itself. It is made into text
+// only for a problem, not for each of the hundreds of thousands of fields
+// of a large file.
+type fieldPath struct {
+	up    *fieldPath
+	node  *rawNode // where the path starts when up is nil; nil: the file
+	name  string   // the field's name; "" for a list's item (or node's path)
+	index int      // a list item's index
+}
+
+// field returns the path of the field name of the mapping at p.
+func (p *fieldPath) field(name string) fieldPath { return fieldPath{up: p, name: name} }
+
+// item returns the path of item i of the list at p.
+func (p *fieldPath) item(i int) fieldPath { return fieldPath{up: p, index: i} }
+
+func (p *fieldPath) String() string { return string(p.appendTo(nil)) }
+
+func (p *fieldPath) appendTo(b []byte) []byte {
+	if p == nil {
+		return b
+	}
+	switch {
+	case p.up != nil:
+		b = p.up.appendTo(b)
+	case p.node != nil:
+		b = p.node.appendPath(b)
+		if p.name == "" {
+			return b // the descriptor itself
+		}
+	}
+	if p.name == "" {
+		b = append(b, '[')
+		b = strconv.AppendInt(b, int64(p.index), 10)
+		return append(b, ']')
+	}
+	if len(b) > 0 {
+		b = append(b, '.')
+	}
+	return append(b, clip(p.name)...) // an unknown field's name may be long
 }
 
 func line(n *yaml.Node) int {
@@ -86,31 +196,38 @@ type field struct {
 	value *yaml.Node
 }
 
-// mapping returns the pairs of a mapping node in order. It reports a node
-// that is not a mapping, keys that are not strings, keys outside known and
-// keys given twice, and returns only the usable pairs.
-func (r *reader) mapping(n *yaml.Node, path string, known []string) ([]field, bool) {
+// mapping returns the pairs of a mapping node in order, appended to
+// fields (a buffer of the caller's, with room for every known field). It
+// reports a node that is not a mapping, keys that are not strings, keys
+// outside known and keys given twice, and returns only the usable pairs.
+func (r *reader) mapping(n *yaml.Node, p *fieldPath, known []string, fields []field) ([]field, bool) {
 	n = deref(n)
 	if n.Kind != yaml.MappingNode {
-		r.errorf(n, path, "must be a mapping of fields, got %s", kindName(n))
+		r.errorf(n, p, "must be a mapping of fields, got %s", kindName(n))
 		return nil, false
 	}
-	fields := make([]field, 0, len(n.Content)/2)
-	seen := map[string]int{}
+next:
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
-			r.errorf(k, path, "field names must be strings, got %s", kindName(k))
+			r.errorf(k, p, "field names must be strings, got %s", kindName(k))
 			continue
 		}
 		name := k.Value
-		if first, dup := seen[name]; dup {
-			r.errorf(k, join(path, name), "given twice (first on line %d)", first)
-			continue
+		fp := p.field(name)
+		// A linear search: fields holds at most the few known names.
+		for _, f := range fields {
+			if f.name == name {
+				r.errorf(k, &fp, "given twice (first on line %d)", f.key.Line)
+				continue next
+			}
 		}
-		seen[name] = k.Line
 		if !slices.Contains(known, name) {
-			r.errorf(k, join(path, name), "unknown field%s (known fields: %s)", suggest(name, known), strings.Join(known, ", "))
+			if len(r.errors) >= maxProblems {
+				r.moreErrors.add(k.Line) // without the suggestion's cost
+			} else {
+				r.errorf(k, &fp, "unknown field%s (known fields: %s)", suggest(name, known), strings.Join(known, ", "))
+			}
 			continue
 		}
 		fields = append(fields, field{name: name, key: k, value: v})
@@ -118,28 +235,25 @@ func (r *reader) mapping(n *yaml.Node, path string, known []string) ([]field, bo
 	return fields, true
 }
 
-// sequence returns the items of a sequence node; null is an empty sequence.
-func (r *reader) sequence(n *yaml.Node, path string) ([]*yaml.Node, bool) {
+// sequence returns the items of a sequence node, which may be aliases;
+// null is an empty sequence.
+func (r *reader) sequence(n *yaml.Node, p *fieldPath) ([]*yaml.Node, bool) {
 	n = deref(n)
 	if isNull(n) {
 		return nil, true
 	}
 	if n.Kind != yaml.SequenceNode {
-		r.errorf(n, path, "must be a list, got %s", kindName(n))
+		r.errorf(n, p, "must be a list, got %s", kindName(n))
 		return nil, false
 	}
-	items := make([]*yaml.Node, len(n.Content))
-	for i, c := range n.Content {
-		items[i] = deref(c)
-	}
-	return items, true
+	return n.Content, true
 }
 
 // text returns a scalar's text; numbers and booleans are read as written.
 // Null reads as "".
-func (r *reader) text(n *yaml.Node, path string) (string, bool) {
+func (r *reader) text(n *yaml.Node, p *fieldPath) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		r.errorf(n, path, "must be a string, got %s", kindName(n))
+		r.errorf(n, p, "must be a string, got %s", kindName(n))
 		return "", false
 	}
 	if isNull(n) {
@@ -149,45 +263,71 @@ func (r *reader) text(n *yaml.Node, path string) (string, bool) {
 }
 
 // integer returns a scalar integer within [min, max].
-func (r *reader) integer(n *yaml.Node, path string, min, max int64) (int64, bool) {
-	var v int64
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || n.Decode(&v) != nil {
-		r.errorf(n, path, "must be a whole number, got %s", describe(n))
+func (r *reader) integer(n *yaml.Node, p *fieldPath, min, max int64) (int64, bool) {
+	v, ok := scalarInt(n)
+	if !ok {
+		r.errorf(n, p, "must be a whole number, got %s", describe(n))
 		return 0, false
 	}
 	if v < min || v > max {
-		r.errorf(n, path, "must be between %d and %d, got %d", min, max, v)
+		r.errorf(n, p, "must be between %d and %d, got %d", min, max, v)
 		return 0, false
 	}
 	return v, true
 }
 
-func (r *reader) boolean(n *yaml.Node, path string) (bool, bool) {
+// scalarInt reads an !!int scalar as yaml.v3 does. The usual spelling,
+// decimal digits without a leading zero (which YAML reads as octal), is
+// read here: Node.Decode builds a decoder on each call, which for a large
+// file is tens of megabytes.
+func scalarInt(n *yaml.Node) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		return 0, false
+	}
+	digits := strings.TrimLeft(n.Value, "+-")
+	if len(n.Value)-len(digits) <= 1 && (len(digits) == 1 || (len(digits) > 1 && digits[0] != '0')) {
+		if v, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
+			return v, true
+		}
+	}
+	var v int64
+	return v, n.Decode(&v) == nil
+}
+
+func (r *reader) boolean(n *yaml.Node, p *fieldPath) (bool, bool) {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!bool" {
+		switch n.Value { // the spellings YAML 1.2 has; others through Decode
+		case "true", "True", "TRUE":
+			return true, true
+		case "false", "False", "FALSE":
+			return false, true
+		}
+	}
 	var v bool
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&v) != nil {
-		r.errorf(n, path, "must be true or false, got %s", describe(n))
+		r.errorf(n, p, "must be true or false, got %s", describe(n))
 		return false, false
 	}
 	return v, true
 }
 
 // duration returns a positive Go duration such as 1s, 250ms or 1m30s.
-func (r *reader) duration(n *yaml.Node, path string) (time.Duration, bool) {
+func (r *reader) duration(n *yaml.Node, p *fieldPath) (time.Duration, bool) {
 	if n.Kind != yaml.ScalarNode || isNull(n) {
-		r.errorf(n, path, "must be a duration such as 1s or 250ms, got %s", describe(n))
+		r.errorf(n, p, "must be a duration such as 1s or 250ms, got %s", describe(n))
 		return 0, false
 	}
 	if n.Tag == "!!int" || n.Tag == "!!float" {
-		r.errorf(n, path, "%q has no unit: write it as a duration such as 1s or 250ms", n.Value)
+		r.errorf(n, p, "%q has no unit: write it as a duration such as 1s or 250ms", clip(n.Value))
 		return 0, false
 	}
 	d, err := time.ParseDuration(n.Value)
 	if err != nil {
-		r.errorf(n, path, "%q is not a duration such as 1s or 250ms", n.Value)
+		r.errorf(n, p, "%q is not a duration such as 1s or 250ms", clip(n.Value))
 		return 0, false
 	}
 	if d <= 0 {
-		r.errorf(n, path, "must be greater than zero, got %s", n.Value)
+		r.errorf(n, p, "must be greater than zero, got %s", clip(n.Value))
 		return 0, false
 	}
 	return d, true
@@ -213,19 +353,29 @@ func describe(n *yaml.Node) string {
 	if isNull(n) {
 		return "nothing"
 	}
-	return strconv.Quote(n.Value)
+	return strconv.Quote(clip(n.Value))
 }
 
-func join(path, name string) string {
-	if path == "" {
-		return name
+// clip shortens text of a config for a message: a value may be megabytes
+// long, and repeated through aliases in every problem.
+func clip(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
 	}
-	return path + "." + name
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // suggest returns ` (did you mean "x"?)` for the known name closest to a
 // misspelled one (a small edit away, or the start of it), or "".
 func suggest(name string, known []string) string {
+	if len(name) > 64 {
+		return "" // no misspelling of a field name; and the cost is quadratic
+	}
 	lower := strings.ToLower(name)
 	best, bestDist := "", math.MaxInt
 	for _, k := range known {
