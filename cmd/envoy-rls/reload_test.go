@@ -23,6 +23,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/descriptorstest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -221,32 +222,6 @@ func TestReloadCollectsSooner(t *testing.T) {
 	}
 }
 
-// writeLargeReloadConfig writes 4 domains of 4 MB each (about 150,000
-// descriptors in all) in dir; version changes every limit. It is
-// descriptors' BenchmarkLoadLarge config.
-func writeLargeReloadConfig(t *testing.T, dir string, version int) {
-	t.Helper()
-	for f := range 4 {
-		var b strings.Builder
-		fmt.Fprintf(&b, "domain: d%d\ndescriptors:\n", f)
-		for i := 0; b.Len() < 4<<20; i++ {
-			fmt.Fprintf(&b, `  - key: tenant
-    value: t%07d
-    name: tenant_%d
-    leaky_bucket: {size: %d, drip_rate: 1s}
-    descriptors:
-      - key: path
-        value: /api/v1/items/*
-        rate_limit: {unit: minute, requests_per_unit: %d}
-      - key: method
-        value: POST
-        rate_limit: {unit: second, requests_per_unit: 10}
-`, i, i, 100+version, 600+version)
-		}
-		writeReloadFile(t, filepath.Join(dir, fmt.Sprintf("d%d.yaml", f)), b.String())
-	}
-}
-
 // procStatusKB reads a field of /proc/self/status, in kB.
 func procStatusKB(t *testing.T, field string) int64 {
 	t.Helper()
@@ -281,9 +256,9 @@ func TestReloadMeasureLarge(t *testing.T) {
 		defer debug.SetGCPercent(debug.SetGCPercent(400)) // as serve runs (gc.go)
 	}
 	dir := t.TempDir()
-	writeLargeReloadConfig(t, dir, 0)
+	descriptorstest.WriteLarge(t, dir, 4, 4<<20, 0)
 	r := newTestReloader(t, dir, slog.New(slog.DiscardHandler))
-	writeLargeReloadConfig(t, dir, 1)
+	descriptorstest.WriteLarge(t, dir, 4, 4<<20, 1)
 
 	req := &rlsv3.RateLimitRequest{Domain: "d0", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "t0000001"}, {Key: "path", Value: "/api/v1/items/7"}},
