@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
@@ -27,11 +26,11 @@ type settings struct {
 	httpAddr          string
 	adminAddr         string
 	httpJSON          optionalBool
-	store             string
+	store             choice[storeKind]
 	redisURL          string
 	redisPasswordFile string
 	redisCluster      bool
-	redisMode         string
+	redisMode         choice[redis.Mode]
 	sentinelMaster    string
 	sentinelAddrs     string
 	sentinelPassword  string
@@ -51,13 +50,13 @@ type settings struct {
 	maxDescriptors    int
 	maxEntries        int
 	maxEntryBytes     int
-	responseHeaders   string
-	logLevel          string
-	logFormat         string
+	responseHeaders   choice[rls.Headers]
+	logLevel          choice[slog.Level]
+	logFormat         choice[logFormat]
 	shutdownTimeout   time.Duration
 	shutdownDelay     time.Duration
 	watchConfig       bool
-	failureMode       string
+	failureMode       choice[failureMode]
 	storeTimeout      time.Duration
 	localCacheSize    int
 	shadowMode        bool
@@ -67,8 +66,59 @@ type settings struct {
 	grpcTLSClientCA   string
 }
 
+// storeKind is the -store flag.
+type storeKind int
+
+const (
+	memoryStore storeKind = iota
+	redisStore
+)
+
+// failureMode is the -failure-mode flag: the service's modes, and local,
+// which is a store in front of Redis.
+type failureMode int
+
+const (
+	failUnavailable failureMode = iota
+	failAllow
+	failDeny
+	failLocal
+)
+
+// service returns the service's failure mode for m.
+func (m failureMode) service() rls.FailureMode {
+	switch m {
+	case failAllow:
+		return rls.FailAllow
+	case failDeny:
+		return rls.FailDeny
+	}
+	return rls.FailUnavailable // local: the fallback store answers itself
+}
+
+// answersWhileDown reports whether the service answers calls (so stays
+// SERVING) while the store fails.
+func (m failureMode) answersWhileDown() bool { return m == failAllow || m == failDeny }
+
+// logFormat is the -log-format flag.
+type logFormat int
+
+const (
+	textLogs logFormat = iota
+	jsonLogs
+)
+
 func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
-	s := &settings{}
+	s := &settings{
+		store:       choice[storeKind]{memoryStore, []option[storeKind]{{"memory", memoryStore}, {"redis", redisStore}}},
+		redisMode:   choice[redis.Mode]{redis.ScriptMode, []option[redis.Mode]{{"script", redis.ScriptMode}, {"transactions", redis.TransactionsMode}}},
+		failureMode: choice[failureMode]{failUnavailable, []option[failureMode]{{"unavailable", failUnavailable}, {"allow", failAllow}, {"deny", failDeny}, {"local", failLocal}}},
+		responseHeaders: choice[rls.Headers]{rls.LeakyHeaders, []option[rls.Headers]{
+			{"leaky", rls.LeakyHeaders}, {"envoy", rls.EnvoyHeaders}, {"none", rls.NoHeaders}}},
+		logLevel: choice[slog.Level]{slog.LevelInfo, []option[slog.Level]{
+			{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}},
+		logFormat: choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
+	}
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
@@ -76,11 +126,11 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, /debug/pprof/ with -pprof); keep it private; empty turns it off")
 	fs.Var(&s.httpJSON, "http-json", "serve POST /json on the HTTP address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since /json has none")
-	fs.StringVar(&s.store, "store", "memory", "bucket store: memory (one replica) or redis (several)")
+	fs.Var(&s.store, "store", "bucket store: memory (one replica) or redis (several)")
 	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
 	fs.StringVar(&s.redisPasswordFile, "redis-password-file", "", "`file` holding the Redis password (a mounted Secret), used instead of the -redis-url's; a trailing newline is dropped")
 	fs.BoolVar(&s.redisCluster, "redis-cluster", false, "treat -redis-url (with extra addr= parameters) as a Redis Cluster seed list")
-	fs.StringVar(&s.redisMode, "redis-mode", "script", "script (one Lua call per request) or transactions (WATCH/MULTI/EXEC, for servers without scripting)")
+	fs.Var(&s.redisMode, "redis-mode", "script (one Lua call per request) or transactions (WATCH/MULTI/EXEC, for servers without scripting)")
 	fs.StringVar(&s.sentinelMaster, "redis-sentinel-master", "", "reach Redis through Sentinel: the master's `name`")
 	fs.StringVar(&s.sentinelAddrs, "redis-sentinel-addrs", "", "the sentinels, as comma-separated `host:port` list")
 	fs.StringVar(&s.sentinelPassword, "redis-sentinel-password", "", "password of the sentinels, if they need one")
@@ -100,14 +150,14 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.IntVar(&s.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "most descriptors in one request; more is InvalidArgument")
 	fs.IntVar(&s.maxEntries, "max-entries", rls.DefaultMaxEntries, "most entries in one descriptor; more is InvalidArgument")
 	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", rls.DefaultMaxEntryBytes, "most bytes in one entry's key or value; more is InvalidArgument")
-	fs.StringVar(&s.responseHeaders, "response-headers", "leaky", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers) or none")
-	fs.StringVar(&s.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&s.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.Var(&s.responseHeaders, "response-headers", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers) or none")
+	fs.Var(&s.logLevel, "log-level", "log `level`: debug, info, warn or error")
+	fs.Var(&s.logFormat, "log-format", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
 	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
 	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the admin address (to find where time goes)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.StringVar(&s.failureMode, "failure-mode", "unavailable", "when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
+	fs.Var(&s.failureMode, "failure-mode", "when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
 	fs.DurationVar(&s.storeTimeout, "store-timeout", 100*time.Millisecond, "cap on every store call; a call's own deadline applies too")
 	fs.IntVar(&s.localCacheSize, "local-cache-size", 100000, "buckets the local over-limit cache may hold (Redis store); 0 turns it off")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "global shadow mode: decide, charge and count every limit, but reject nothing")
@@ -158,18 +208,9 @@ func envName(flagName string) string {
 }
 
 func (s *settings) check() error {
-	if _, err := redis.ParseMode(s.redisMode); err != nil {
-		return fmt.Errorf("-redis-mode: %w", err)
-	}
 	switch {
 	case s.config == "":
 		return fmt.Errorf("-config: must name a file or directory")
-	case s.store != "memory" && s.store != "redis":
-		return fmt.Errorf("-store: %q is not a store: want memory or redis", s.store)
-	case !slices.Contains([]string{"leaky", "envoy", "none"}, s.responseHeaders):
-		return fmt.Errorf("-response-headers: %q: want leaky, envoy or none", s.responseHeaders)
-	case s.logFormat != "text" && s.logFormat != "json":
-		return fmt.Errorf("-log-format: %q: want text or json", s.logFormat)
 	case s.pipelineLimit < 0:
 		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
 	case s.pipelineWindow < 0:
@@ -190,9 +231,7 @@ func (s *settings) check() error {
 		return fmt.Errorf("-shutdown-timeout: must be positive, got %s", s.shutdownTimeout)
 	case s.shutdownDelay < 0:
 		return fmt.Errorf("-shutdown-delay: must not be negative, got %s", s.shutdownDelay)
-	case !slices.Contains([]string{"unavailable", "allow", "deny", "local"}, s.failureMode):
-		return fmt.Errorf("-failure-mode: %q: want unavailable, allow, deny or local", s.failureMode)
-	case s.failureMode == "local" && s.store != "redis":
+	case s.failureMode.value == failLocal && s.store.value != redisStore:
 		return fmt.Errorf("-failure-mode local falls back from Redis: it needs -store redis")
 	case s.storeTimeout < 0:
 		return fmt.Errorf("-store-timeout: must not be negative, got %s", s.storeTimeout)
@@ -205,24 +244,12 @@ func (s *settings) check() error {
 	case s.grpcTLSClientCA != "" && s.grpcTLSCert == "":
 		return fmt.Errorf("-grpc-tls-client-ca needs -grpc-tls-cert and -grpc-tls-key")
 	}
-	if _, err := s.level(); err != nil {
-		return err
-	}
 	return nil
 }
 
-func (s *settings) level() (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s.logLevel)); err != nil {
-		return 0, fmt.Errorf("-log-level: %q: want debug, info, warn or error", s.logLevel)
-	}
-	return l, nil
-}
-
 func (s *settings) logger(w io.Writer) *slog.Logger {
-	level, _ := s.level() // checked
-	opts := &slog.HandlerOptions{Level: level}
-	if s.logFormat == "json" {
+	opts := &slog.HandlerOptions{Level: s.logLevel.value}
+	if s.logFormat.value == jsonLogs {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

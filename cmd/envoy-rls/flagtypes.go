@@ -87,3 +87,54 @@ func (o optionalBool) or(def bool) bool {
 	}
 	return def
 }
+
+// choice is a flag whose value is one of a few names, each standing for a
+// typed value: the name is parsed once, and the rest of the command
+// compares values, not strings.
+type choice[T comparable] struct {
+	value   T
+	options []option[T]
+}
+
+type option[T comparable] struct {
+	name  string
+	value T
+}
+
+func (c *choice[T]) Set(s string) error {
+	for _, o := range c.options {
+		if o.name == s {
+			c.value = o.value
+			return nil
+		}
+	}
+	return fmt.Errorf("want %s", c.names())
+}
+
+func (c *choice[T]) String() string {
+	if c == nil {
+		return ""
+	}
+	for _, o := range c.options {
+		if o.value == c.value {
+			return o.name
+		}
+	}
+	return ""
+}
+
+// names lists the choices as "a, b or c".
+func (c *choice[T]) names() string {
+	var b strings.Builder
+	for i, o := range c.options {
+		switch {
+		case i == 0:
+		case i == len(c.options)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(o.name)
+	}
+	return b.String()
+}

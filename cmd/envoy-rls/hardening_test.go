@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/test/testpki"
 )
 
@@ -161,6 +164,37 @@ func TestHardeningFlags(t *testing.T) {
 	} {
 		if _, err := parseFlags(args, func(string) (string, bool) { return "", false }, io.Discard); err == nil {
 			t.Errorf("%v accepted", args)
+		}
+	}
+}
+
+func TestChoiceFlags(t *testing.T) {
+	noEnv := func(string) (string, bool) { return "", false }
+	s, err := parseFlags([]string{"-store", "redis", "-failure-mode", "local", "-response-headers", "envoy",
+		"-log-format", "json", "-log-level", "debug", "-redis-mode", "transactions"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.store.value != redisStore || s.failureMode.value != failLocal || s.responseHeaders.value != rls.EnvoyHeaders ||
+		s.logFormat.value != jsonLogs || s.logLevel.value != slog.LevelDebug || s.redisMode.value != redis.TransactionsMode {
+		t.Errorf("got %+v", s)
+	}
+	if got := s.failureMode.String(); got != "local" {
+		t.Errorf("String: %q", got)
+	}
+	d, _ := parseFlags(nil, noEnv, io.Discard)
+	if d.store.value != memoryStore || d.failureMode.value != failUnavailable || d.responseHeaders.value != rls.LeakyHeaders || d.logLevel.value != slog.LevelInfo {
+		t.Errorf("defaults: %+v", d)
+	}
+	if _, err := parseFlags([]string{"-failure-mode", "local"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "needs -store redis") {
+		t.Errorf("-failure-mode local on the memory store: %v", err)
+	}
+	if _, err := parseFlags([]string{"-failure-mode", "maybe"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "want unavailable, allow, deny or local") {
+		t.Errorf("-failure-mode maybe: %v", err)
+	}
+	for m, want := range map[failureMode]rls.FailureMode{failUnavailable: rls.FailUnavailable, failAllow: rls.FailAllow, failDeny: rls.FailDeny, failLocal: rls.FailUnavailable} {
+		if got := m.service(); got != want {
+			t.Errorf("%v.service() = %v, want %v", m, got, want)
 		}
 	}
 }

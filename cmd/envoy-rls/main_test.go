@@ -110,17 +110,17 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"check-config", "a", "b"}, nil, exitUsage, "Usage"},
 		{[]string{"check-config", "does-not-exist"}, nil, exitError, "does-not-exist: no such file or directory"},
 		{[]string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},
-		{[]string{"-store", "etcd"}, nil, exitUsage, `-store: "etcd" is not a store`},
+		{[]string{"-store", "etcd"}, nil, exitUsage, `invalid value "etcd" for flag -store: want memory or redis`},
 		{[]string{"-no-such-flag"}, nil, exitUsage, "flag provided but not defined: -no-such-flag"},
 		{nil, map[string]string{"RLS_MEMORY_MAX_BUCKETS": "many"}, exitUsage, `RLS_MEMORY_MAX_BUCKETS="many"`},
-		{nil, map[string]string{"RLS_LOG_LEVEL": "loud"}, exitUsage, `-log-level: "loud"`},
+		{nil, map[string]string{"RLS_LOG_LEVEL": "loud"}, exitUsage, `RLS_LOG_LEVEL="loud": want debug, info, warn or error`},
 		{[]string{"serve", "extra"}, nil, exitUsage, `unexpected argument "extra"`},
 		{[]string{"-config", "testdata/bad/bad-unit.yaml"}, nil, exitError, `bad-unit.yaml:6: descriptors[0].rate_limit.unit: unknown unit`},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-url", "http://user:secret@localhost"}, nil, exitError,
 			"redis URL http://user:xxxxx@localhost: the scheme must be redis://, rediss://"},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-tls-ca", "ca.pem"}, nil, exitError,
 			"TLS certificate files need a rediss:// URL"},
-		{[]string{"-redis-mode", "lua"}, nil, exitUsage, `-redis-mode: unknown Redis mode "lua": want script or transactions`},
+		{[]string{"-redis-mode", "lua"}, nil, exitUsage, `invalid value "lua" for flag -redis-mode: want script or transactions`},
 		{[]string{"-redis-pipeline-limit", "-1"}, nil, exitUsage, `-redis-pipeline-limit: must be 0 or more, got -1`},
 		{nil, map[string]string{"RLS_REDIS_PIPELINE_WINDOW": "-1ms"}, exitUsage, `-redis-pipeline-window: must not be negative, got -1ms`},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-sentinel-master", "m"}, nil, exitError,
@@ -140,7 +140,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.grpcAddr != "127.0.0.1:9999" || s.config != "from-flag" || !s.redisCluster || s.httpAddr != ":8080" || s.store != "memory" {
+	if s.grpcAddr != "127.0.0.1:9999" || s.config != "from-flag" || !s.redisCluster || s.httpAddr != ":8080" || s.store.value != memoryStore {
 		t.Fatalf("got %+v: want the variable for -grpc-addr, the flag for -config, defaults elsewhere", s)
 	}
 	if got := envName("memory-max-buckets"); got != "RLS_MEMORY_MAX_BUCKETS" {

@@ -46,7 +46,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	st, err := openStore(s, m, log)
 	if err != nil {
-		log.Error("cannot open the store", "store", s.store, "err", err)
+		log.Error("cannot open the store", "store", s.store.String(), "err", err)
 		return exitError
 	}
 	defer st.Close()
@@ -69,12 +69,11 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	r := &reloader{path: s.config, svc: svc, metrics: m, log: log}
 	r.watch(ctx, s.watchConfig)
-	answersAnyway := s.failureMode == "allow" || s.failureMode == "deny"
-	watching := rls.WatchStore(ctx, st, hs, log, answersAnyway)
+	watching := rls.WatchStore(ctx, st, hs, log, s.failureMode.value.answersWhileDown())
 	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),
-		"admin", srv.addrs.adminString(), "tls", s.grpcTLSCert != "", "http_json", srv.json, "store", s.store,
-		"failure_mode", s.failureMode, "config", s.config, "domains", len(cfg.Domains()),
+		"admin", srv.addrs.adminString(), "tls", s.grpcTLSCert != "", "http_json", srv.json, "store", s.store.String(),
+		"failure_mode", s.failureMode.String(), "config", s.config, "domains", len(cfg.Domains()),
 		"gogc", gc.describePercent(), "gomemlimit", gc.describeLimit())
 	if a.ready != nil {
 		a.ready(srv.addrs)
@@ -108,30 +107,22 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 		Observer:     m,
 		StoreTimeout: s.storeTimeout,
 		Shadow:       s.shadowMode,
+		Headers:      s.responseHeaders.value,
+		FailureMode:  s.failureMode.value.service(),
 
 		MaxDescriptors: s.maxDescriptors,
 		MaxEntries:     s.maxEntries,
 		MaxEntryBytes:  s.maxEntryBytes,
 	}
-	switch s.responseHeaders {
-	case "none":
-		o.Headers = rls.NoHeaders
-	case "envoy":
-		o.Headers = rls.EnvoyHeaders
-	}
-	switch s.failureMode {
-	case "allow":
-		o.FailureMode = rls.FailAllow
-	case "deny":
-		o.FailureMode = rls.FailDeny
-	case "local":
+	switch {
+	case s.store.value == memoryStore:
+		o.StoreTimeout = 0 // the memory store never waits
+	case s.failureMode.value == failLocal:
 		o.StoreTimeout = 0 // the fallback store caps the Redis call itself
-	}
-	if s.store == "redis" {
+		fallthrough
+	default:
 		o.OverLimitCacheSize = s.localCacheSize // in memory, the store is as fast as a cache
 		o.OverLimitCacheBytes = cacheBytes(s)
-	} else {
-		o.StoreTimeout = 0 // the memory store never waits
 	}
 	return o
 }

@@ -26,7 +26,7 @@ type store interface {
 
 func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error) {
 	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets, MaxBytes: int64(s.memoryMaxBytes)}
-	if s.store == "memory" {
+	if s.store.value == memoryStore {
 		st, err := memory.New(memOpts)
 		if err == nil {
 			m.WatchBuckets(st.Len, st.Bytes, st.Evictions)
@@ -34,16 +34,12 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		return st, err
 	}
 	goredis.SetLogger(redisLog{log})
-	mode, err := redis.ParseMode(s.redisMode)
-	if err != nil {
-		return nil, err
-	}
 	password, err := readSecret(s.redisPasswordFile)
 	if err != nil {
 		return nil, fmt.Errorf("-redis-password-file: %w", err)
 	}
 	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
-	st, err := redis.New(redis.Options{Mode: mode, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Connect: &redis.ClientOptions{
+	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Connect: &redis.ClientOptions{
 		URL:              s.redisURL,
 		Password:         password,
 		Cluster:          s.redisCluster,
@@ -58,7 +54,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		ReadTimeout:      s.redisReadTimeout,
 		WriteTimeout:     s.redisWriteTimeout,
 	}})
-	if err != nil || s.failureMode != "local" {
+	if err != nil || s.failureMode.value != failLocal {
 		return st, err
 	}
 	// The over-limit cache takes its share of the bytes (serviceOptions);

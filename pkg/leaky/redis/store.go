@@ -44,17 +44,6 @@ const (
 	TransactionsMode
 )
 
-// ParseMode parses "script" or "transactions".
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "script":
-		return ScriptMode, nil
-	case "transactions":
-		return TransactionsMode, nil
-	}
-	return 0, fmt.Errorf("unknown Redis mode %q: want script or transactions", s)
-}
-
 // Options configure a Store.
 type Options struct {
 	// Connect says how to reach Redis. The store makes its client from it,
