@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"google.golang.org/grpc/health"
 
@@ -34,12 +33,8 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
 
-	cfg, warnings, err := descriptors.Load(s.config)
-	for _, w := range warnings {
-		log.Warn("config: " + w.String())
-	}
+	cfg, err := loadConfig(s.config, log)
 	if err != nil {
-		logConfigError(log, err)
 		return exitError
 	}
 	m.ConfigLoaded()
@@ -89,14 +84,24 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	// Ends the store and config watchers (waited for on return), and gives
 	// signals their default effect back: a second SIGTERM kills at once.
 	stop()
-	hs.Shutdown() // NOT_SERVING from now on
-	if s.shutdownDelay > 0 && code == exitOK {
-		log.Info("shutting down: NOT_SERVING, still serving while load balancers drain", "delay", s.shutdownDelay)
-		time.Sleep(s.shutdownDelay)
+	delay := s.shutdownDelay
+	if code != exitOK {
+		delay = 0 // a broken server has nothing to drain
 	}
-	log.Info("shutting down: no new calls, finishing those in flight", "timeout", s.shutdownTimeout)
-	srv.shutdown(s.shutdownTimeout, log)
+	srv.drain(hs, delay, s.shutdownTimeout, log)
 	return code
+}
+
+// loadConfig loads the config at path, logging its warnings and problems.
+func loadConfig(path string, log *slog.Logger) (*descriptors.Config, error) {
+	cfg, warnings, err := descriptors.Load(path)
+	for _, w := range warnings {
+		log.Warn("config: " + w.String())
+	}
+	if err != nil {
+		logConfigError(log, err)
+	}
+	return cfg, err
 }
 
 func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.Metrics, log *slog.Logger) rls.Options {

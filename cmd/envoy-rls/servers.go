@@ -128,6 +128,18 @@ func (srv *servers) serveHTTP(l net.Listener, h http.Handler, writeTimeout time.
 	go func() { srv.failed <- hs.Serve(l) }()
 }
 
+// drain reports NOT_SERVING in hs, goes on serving for delay so that load
+// balancers see it and send calls elsewhere, then shuts down.
+func (srv *servers) drain(hs *health.Server, delay, timeout time.Duration, log *slog.Logger) {
+	hs.Shutdown() // NOT_SERVING from now on
+	if delay > 0 {
+		log.Info("shutting down: NOT_SERVING, still serving while load balancers drain", "delay", delay)
+		time.Sleep(delay)
+	}
+	log.Info("shutting down: no new calls, finishing those in flight", "timeout", timeout)
+	srv.shutdown(timeout, log)
+}
+
 // shutdown stops every server gracefully, and for good once timeout passes.
 func (srv *servers) shutdown(timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
