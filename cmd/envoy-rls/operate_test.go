@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/envoy-rls/envoy-rls/test/testpki"
+	"github.com/envoy-rls/envoy-rls/internal/testpki"
 )
 
 // server is envoy-rls serve running in-process.

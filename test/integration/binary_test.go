@@ -22,7 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 var (

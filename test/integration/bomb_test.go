@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // cpuTime returns the CPU time a process has used, from /proc.

@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/fallback"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
 )
 
 // TestFailureModesWithHungRedis stops Redis with SIGSTOP (it accepts
@@ -72,7 +72,11 @@ func TestFailureModesWithHungRedis(t *testing.T) {
 			call := func(user string) (*rlsv3.RateLimitResponse, error, bool) {
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				defer cancel()
+				st := time.Now()
 				resp, err := svc.ShouldRateLimit(ctx, request([]string{"user=" + user}))
+				if el := time.Since(st); el > 12*time.Millisecond {
+					t.Logf("slow %v %v", el, err)
+				}
 				return resp, err, ctx.Err() == nil
 			}
 			if _, err, _ := call("warm-up"); err != nil {

@@ -11,11 +11,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
 )
 
 // commandStats returns the calls per command of INFO commandstats.

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // TestSecretsStayInside runs the binary against a Redis that needs a

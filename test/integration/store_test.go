@@ -9,9 +9,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
 )
 
 // client returns a go-redis client as the service builds it.

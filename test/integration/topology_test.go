@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testpki"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
-	"github.com/envoy-rls/envoy-rls/test/testpki"
 )
 
 // limitsApply checks through a replica that buckets are kept: a bucket of

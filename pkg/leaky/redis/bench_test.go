@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
 )
 
 // BenchmarkApply decides two-level requests over 10000 users on a real

@@ -10,9 +10,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
-	"github.com/envoy-rls/envoy-rls/test/integration/redistest"
 )
 
 // TestClusterMatchesMemory runs the same random requests, whose buckets
