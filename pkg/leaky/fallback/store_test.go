@@ -150,8 +150,14 @@ func TestLocalStoreBoundedInBytes(t *testing.T) {
 		if err := s.Apply(context.Background(), time.Now(), []leaky.Bucket{{Key: key, Limit: l, Hits: 1}}, r); err != nil {
 			t.Fatal(err)
 		}
+		if !r[0].Admitted {
+			t.Fatalf("key %d, new, not admitted", i)
+		}
 	}
 	if !s.Local() || s.Bytes() > bound || s.Bytes() < bound/2 {
 		t.Errorf("local %v, %d bytes: want the local store filled up to %d and no more", s.Local(), s.Bytes(), bound)
+	}
+	if want := int64(s.Len()) * (1009 + memory.BucketOverhead); s.Bytes() != want {
+		t.Errorf("%d buckets of 1009-byte keys count %d bytes, want %d", s.Len(), s.Bytes(), want)
 	}
 }

@@ -69,3 +69,37 @@ func BenchmarkMemoryPerBucket(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkApplyEvicting decides requests for new 1 KB keys in a store full
+// to its byte bound, as in a flood of distinct descriptor values: each
+// evicts to make room (one allocation, the key's copy).
+func BenchmarkApplyEvicting(b *testing.B) {
+	s, err := New(Options{MaxBytes: 8 << 20, SweepInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	// Ten times what the store holds: a key is evicted before it comes back.
+	keys := make([]string, 80_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("api|user=%01015d", i)
+	}
+	results := make([]leaky.Result, 1)
+	req := []leaky.Bucket{{Limit: leaky.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
+	for i := range keys {
+		req[0].Key = keys[i]
+		s.Apply(context.Background(), t0, req, results)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		req[0].Key = keys[i%len(keys)]
+		if err := s.Apply(context.Background(), t0, req, results); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	if s.Bytes() > 8<<20 {
+		b.Fatalf("Bytes %d over the bound", s.Bytes())
+	}
+}

@@ -7,8 +7,8 @@
 // so every request is atomic. Buckets expire once they would have drained,
 // and their number is bounded: when a shard is full, the bucket closest to
 // draining, of a few sampled, makes room (Redis's volatile-ttl policy).
-// So are their bytes: each bucket counts its key and a fixed overhead, so
-// that long keys cannot grow the store past its memory bound.
+// So are their bytes: each bucket counts its key's length and a fixed
+// overhead, so that long keys cannot grow the store past its memory bound.
 package memory
 
 import (
@@ -26,41 +26,56 @@ import (
 
 // Options configure a Store. The zero value is usable.
 type Options struct {
-	// MaxBuckets bounds the number of buckets kept; default DefaultMaxBuckets.
+	// MaxBuckets bounds the number of buckets kept; 0 means
+	// DefaultMaxBuckets, negative is an error.
 	MaxBuckets int
-	// MaxBytes bounds the memory the buckets take, counted as their keys'
-	// bytes plus BucketOverhead each; default DefaultMaxBytes. Both bounds
-	// hold: whichever is reached first makes room.
+	// MaxBytes bounds, in bytes, the memory the buckets take, counted as
+	// each key's length plus BucketOverhead; 0 means DefaultMaxBytes,
+	// negative is an error. Both bounds hold: whichever is reached first
+	// makes room.
 	MaxBytes int64
 	// Shards is the number of independently locked maps, rounded down to a
-	// power of two and to at most MaxBuckets; default 64.
+	// power of two, to at most MaxBuckets and to at most one per MiB of
+	// MaxBytes (so that a shard's share holds any key a request may carry);
+	// 0 means 64, negative is an error.
 	Shards int
 	// SweepInterval is how often expired buckets are removed in the
-	// background; default 10s. Negative disables the sweeper; expired buckets
-	// then leave only when a full shard needs room or Sweep is called.
+	// background; 0 means 10s. Negative disables the sweeper; expired
+	// buckets then leave only when a full shard needs room or Sweep is
+	// called.
 	SweepInterval time.Duration
-	// Clock gives the sweeper the time; default time.Now. Requests bring
+	// Clock gives the sweeper the time; nil means time.Now. Requests bring
 	// their own time.
 	Clock func() time.Time
 }
 
-// DefaultMaxBuckets bounds the memory store unless Options say otherwise.
+// DefaultMaxBuckets is the number of buckets the memory store keeps at
+// most unless Options say otherwise.
 const DefaultMaxBuckets = 1_000_000
 
-// DefaultMaxBytes bounds the memory store's bytes unless Options say
-// otherwise: 256 MiB.
+// DefaultMaxBytes is the number of bytes (keys plus BucketOverhead each)
+// the memory store keeps at most unless Options say otherwise: 256 MiB.
 const DefaultMaxBytes = 256 << 20
 
-// BucketOverhead is what a bucket costs beside its key's bytes: its map
-// slot (key header, entry, control byte, free slots) and the key's
-// allocation rounding. TestBucketOverhead measures 63 to 70 bytes,
-// depending on how full the maps are.
-const BucketOverhead = 72
+// BucketOverhead is what a bucket counts, in bytes, beside its key's
+// length: its map slot and the slots left free around it. A slot is the
+// key's string header (16), the entry (24) and a control byte: 41 bytes,
+// 48 once a 1024-slot table's 41 KB of groups are rounded up to whole
+// pages. Go's swiss tables are 7/16 to 7/8 full while they fill (55 to
+// 110 bytes a bucket), and less once evictions have left tombstones that
+// split them (about 130). TestBucketOverhead holds the figure within 35%
+// of the heap measured both ways.
+const BucketOverhead = 88
 
 const (
 	defaultShards        = 64
 	defaultSweepInterval = 10 * time.Second
 	evictionSamples      = 8
+	// minShardBytes is the least share of MaxBytes a shard gets (unless
+	// MaxBytes is smaller): more than the longest key the service's default
+	// request caps allow (32 entries of 4 KiB keys and values, about
+	// 256 KiB), so that every bucket can be kept.
+	minShardBytes = 1 << 20
 )
 
 // Store is the in-memory store. It is safe for concurrent use.
@@ -90,9 +105,14 @@ func cost(key string) int64 { return int64(len(key)) + BucketOverhead }
 // delete removes a bucket, if there, and its bytes.
 func (sh *shard) delete(key string) {
 	if _, ok := sh.m[key]; ok {
-		delete(sh.m, key)
-		sh.bytes -= cost(key)
+		sh.remove(key)
 	}
+}
+
+// remove removes a bucket known to be there, and its bytes.
+func (sh *shard) remove(key string) {
+	delete(sh.m, key)
+	sh.bytes -= cost(key)
 }
 
 type entry struct {
@@ -127,15 +147,13 @@ func New(opts Options) (*Store, error) {
 		opts.Clock = time.Now
 	}
 	n := 1
-	for n*2 <= opts.Shards && n*2 <= opts.MaxBuckets {
+	for n*2 <= opts.Shards && n*2 <= opts.MaxBuckets && int64(n*2)*minShardBytes <= opts.MaxBytes {
 		n *= 2
 	}
 	s := &Store{
-		shards:   make([]shard, n),
-		mask:     uint64(n - 1),
-		perShard: opts.MaxBuckets / n,
-		// A shard's share of the bytes; a bucket whose key alone is larger
-		// is decided but not kept.
+		shards:        make([]shard, n),
+		mask:          uint64(n - 1),
+		perShard:      opts.MaxBuckets / n,
 		perShardBytes: opts.MaxBytes / int64(n),
 		seed:          maphash.MakeSeed(),
 		stop:          make(chan struct{}),
@@ -225,12 +243,18 @@ func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request [
 	}
 	c := cost(key)
 	if c > s.perShardBytes {
-		s.evictions.Add(1) // too large to keep at all: as if evicted at once
+		// Larger than the shard's whole share of MaxBytes: the request was
+		// decided, but the bucket is not kept, as if evicted at once, rather
+		// than grow the store past its bound. minShardBytes makes this rare.
+		s.evictions.Add(1)
 		return
 	}
 	for len(sh.m) >= s.perShard || sh.bytes+c > s.perShardBytes {
 		if !s.evict(sh, now, request) {
-			return // only buckets of this request are held: it is not kept
+			// Only buckets of this request are held, and they stay: this
+			// one is not kept, as if evicted at once.
+			s.evictions.Add(1)
+			return
 		}
 	}
 	// The key may share memory with a longer one; keep only its own bytes.
@@ -261,7 +285,7 @@ func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) bool {
 		}
 	}
 	if found {
-		sh.delete(victim)
+		sh.remove(victim)
 		if expires > now {
 			s.evictions.Add(1)
 		}
@@ -316,7 +340,9 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Bytes returns the bytes the buckets held count against MaxBytes.
+// Bytes returns the bytes the buckets held count against MaxBytes (each
+// key's length plus BucketOverhead), expired ones not yet swept included;
+// 0 for an empty store.
 func (s *Store) Bytes() int64 {
 	var n int64
 	for i := range s.shards {
@@ -328,9 +354,10 @@ func (s *Store) Bytes() int64 {
 	return n
 }
 
-// Evictions returns how many live buckets were dropped to make room (or
-// not kept, their key alone being larger than a shard's share of MaxBytes)
-// since the store was created.
+// Evictions returns how many live buckets were dropped to make room since
+// the store was created, counting those not kept at all: a key larger than
+// a shard's share of MaxBytes, or a shard held entirely by the request's
+// own buckets.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Sweep removes the buckets that have expired at now, one shard at a time,
@@ -343,7 +370,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.expires <= us {
-				sh.delete(k)
+				sh.remove(k)
 				removed++
 			}
 		}

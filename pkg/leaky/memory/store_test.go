@@ -119,7 +119,7 @@ func TestClosedStoreFails(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	for _, o := range []Options{{MaxBuckets: -1}, {Shards: -3}} {
+	for _, o := range []Options{{MaxBuckets: -1}, {MaxBytes: -1}, {Shards: -3}} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) succeeded", o)
 		}
