@@ -14,14 +14,10 @@
 --          (dripped to now), so that the charge can be undone
 -- ARGV[3+5*(i-1) ...] per bucket: size, drip rate (microseconds), drip size,
 --          hits, shadow (1 or 0)
--- A bucket is stored in 12 bytes with an expiry (layout in state.go).
+-- A bucket is stored in 12 bytes with an expiry (state.lua, state.go).
 -- Returns, per bucket: admitted (1/0), counter, timestamp, remaining,
 -- clear, reset, ttl (times in microseconds), and if asked the counter and
 -- timestamp before the charge; then the time decided at.
-
-local floor, ceil, tonumber = math.floor, math.ceil, tonumber
-local MAX = 9007199254740992 -- 2^53
-local MAXSIZE = 1099511627776 -- leaky.MaxSize, 2^40
 
 -- floor(a / b) is exact for integers 0 <= a <= MAX, 1 <= b <= MAX: the
 -- double quotient is rounded, but within this range never up to the next
@@ -109,59 +105,54 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
   return admitted, counter, ts, remaining, clear, reset, ttl
 end
 
-local now
-if ARGV[1] == '' then
-  -- Redis before 5 must be told to replicate effects to write after TIME.
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
+local now = time_now(ARGV[1])
+local want_before = ARGV[2] == '1'
+
+-- The arguments, parsed once: each bucket's limit, hits and shadow flag.
+local n = #KEYS
+local sizes, rates, drip_sizes, hits, shadow = {}, {}, {}, {}, {}
+for i = 1, n do
+  local a = 3 + 5 * (i - 1)
+  sizes[i], rates[i], drip_sizes[i], hits[i] =
+    tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  shadow[i] = ARGV[a + 4] == '1'
 end
 
--- Read every bucket, then decide them all (leaky.DecideAll). res holds 7
--- values per bucket; counters and stamps the states as read.
-local n = #KEYS
-local stored, counters, stamps, res = {}, {}, {}, {}
-local allowed = true
+-- leaky.DecideAll. First read and decide every bucket; the request is
+-- admitted if every bucket not in shadow mode admits it.
+local stored, counters, stamps = {}, {}, {} -- as read
+local admitted, counter, ts, remaining, clear, reset, ttl = {}, {}, {}, {}, {}, {}, {}
+local all_admitted = true
 for i = 1, n do
   stored[i] = redis.call('GET', KEYS[i])
-  local c, t = load(stored[i])
-  counters[i], stamps[i] = c, t
-  local a = 5 * i - 2
-  local j = 7 * i - 7
-  local admitted
-  admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
-    decide(c, t, tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), now)
-  res[j + 1] = admitted
-  if admitted == 0 and ARGV[a + 4] ~= '1' then
-    allowed = false
+  counters[i], stamps[i] = load_state(stored[i])
+  admitted[i], counter[i], ts[i], remaining[i], clear[i], reset[i], ttl[i] =
+    decide(counters[i], stamps[i], sizes[i], rates[i], drip_sizes[i], hits[i], now)
+  if admitted[i] == 0 and not shadow[i] then
+    all_admitted = false
   end
 end
 
-local before = ARGV[2] == '1'
+-- Then charge them all, or, if rejected, show each bucket as it stays.
 local out, k = {}, 0
 for i = 1, n do
-  local a = 5 * i - 2
-  local j = 7 * i - 7
-  if allowed then
-    if res[j + 7] > 0 then
+  if all_admitted then
+    if ttl[i] > 0 then
       -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
-      store(KEYS[i], res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
+      store_state(KEYS[i], counter[i], ts[i], 'PX', ceil(ttl[i] / 1000))
     elseif stored[i] then
       redis.call('DEL', KEYS[i]) -- empty: nothing to keep
     end
-  elseif res[j + 1] == 1 and tonumber(ARGV[a + 3]) ~= 0 then
-    -- Rejected: show the bucket as it stays, uncharged.
-    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
-      decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
+  elseif admitted[i] == 1 and hits[i] ~= 0 then
+    admitted[i], counter[i], ts[i], remaining[i], clear[i], reset[i], ttl[i] =
+      decide(counters[i], stamps[i], sizes[i], rates[i], drip_sizes[i], 0, now)
   end
-  for m = 1, 7 do
-    out[k + m] = res[j + m]
-  end
+  out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] =
+    admitted[i], counter[i], ts[i], remaining[i], clear[i], reset[i], ttl[i]
   k = k + 7
-  if before then
-    local _, c, t = decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
+  if want_before then
+    -- The bucket before the charge, dripped to now, for an undo.
+    local _, c, t = decide(counters[i], stamps[i], sizes[i], rates[i], drip_sizes[i], 0, now)
     out[k + 1], out[k + 2] = c, t
     k = k + 2
   end

@@ -11,45 +11,42 @@
 -- timestamp and expiry. Returns, per bucket, its counter and timestamp
 -- afterwards; then the time.
 
-local now
-if ARGV[1] == '' then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
+local now = time_now(ARGV[1])
 
-local out = {}
+-- Each bucket as undone (the Go twin is undone in tx.go).
+local out, k = {}, 0
 for i = 1, #KEYS do
   local a = 2 + 5 * (i - 1)
   local after_c, after_t = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local before_c, before_t = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local before_ttl = tonumber(ARGV[a + 4])
   local v = redis.call('GET', KEYS[i])
-  local c, t = load(v)
+  local c, t = load_state(v)
   if (v and c == after_c and t == after_t) or (not v and after_c == 0) then
+    -- Nobody changed it since: as it was.
     c, t = before_c, before_t
     if c > 0 then
-      store(KEYS[i], c, t, 'PX', tonumber(ARGV[a + 4]))
+      store_state(KEYS[i], c, t, 'PX', before_ttl)
     elseif v then
       redis.call('DEL', KEYS[i])
     end
   else
+    -- Changed since: less what the charge added.
     c = c - (after_c - before_c)
-    if c > 0 and v then
-      store(KEYS[i], c, t, 'KEEPTTL')
-    elseif c > 0 then
-      t = before_t
-      store(KEYS[i], c, t, 'PX', tonumber(ARGV[a + 4]))
-    else
+    if c <= 0 then
       c, t = 0, 0
       if v then
         redis.call('DEL', KEYS[i])
       end
+    elseif v then
+      store_state(KEYS[i], c, t, 'KEEPTTL')
+    else
+      t = before_t
+      store_state(KEYS[i], c, t, 'PX', before_ttl)
     end
   end
-  out[#out + 1] = c
-  out[#out + 1] = t
+  out[k + 1], out[k + 2] = c, t
+  k = k + 2
 end
-out[#out + 1] = now
+out[k + 1] = now
 return out
