@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 )
 
@@ -160,4 +161,36 @@ func TestLocalStoreBoundedInBytes(t *testing.T) {
 	if want := int64(s.Len()) * (1009 + memory.BucketOverhead); s.Bytes() != want {
 		t.Errorf("%d buckets of 1009-byte keys count %d bytes, want %d", s.Len(), s.Bytes(), want)
 	}
+}
+
+// memoryPrimary is a primary that answers, a memory store, with the
+// Check a shared store has.
+type memoryPrimary struct{ *memory.Store }
+
+// TestConformance runs the store suite through the fallback store both
+// ways a request can go: to a primary that answers, and, with the primary
+// down, to the local store.
+func TestConformance(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	leakytest.Run(t, func(t *testing.T) leakytest.Store {
+		m, err := memory.New(memory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(memoryPrimary{m}, Options{Logger: quiet})
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+	t.Run("PrimaryDown", func(t *testing.T) {
+		leakytest.Run(t, func(t *testing.T) leakytest.Store {
+			p := &primary{}
+			p.down.Store(true)
+			s := New(p, Options{Logger: quiet})
+			if err := s.Check(context.Background()); err != nil || !s.Local() {
+				t.Fatalf("with the primary down: local %v, %v", s.Local(), err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
+	})
 }
