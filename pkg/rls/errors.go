@@ -32,19 +32,29 @@ type storeError struct{ err error }
 func (e *storeError) Error() string { return "rate-limit store: " + e.err.Error() }
 func (e *storeError) Unwrap() error { return e.err }
 
+// errNoTimeLeft is a store call not made: the call's deadline was too near
+// to ask the store and still answer by the failure mode.
+var errNoTimeLeft = fmt.Errorf("no time left to ask the store before the call's deadline: %w", context.DeadlineExceeded)
+
 // clientMessage says what failed, never where: a caller has no business
-// with the store's addresses, and a store's own error text may hold them.
+// with the store's addresses, and a store's own error text may hold them
+// (or worse), so none of it is passed on.
 func (e *storeError) clientMessage() string {
 	var (
 		opErr  *net.OpError
 		netErr net.Error
+		errno  syscall.Errno
 	)
 	switch {
+	case errors.Is(e.err, errNoTimeLeft):
+		return "rate-limit store unavailable: too little of the call's deadline left to ask it"
 	case errors.Is(e.err, context.DeadlineExceeded) || errors.Is(e.err, os.ErrDeadlineExceeded) ||
 		(errors.As(e.err, &netErr) && netErr.Timeout()):
 		return "rate-limit store unavailable: it did not answer in time"
-	case errors.Is(e.err, syscall.ECONNREFUSED):
-		return "rate-limit store unavailable: connection refused"
+	case errors.As(e.err, &opErr) && errors.As(opErr.Err, &errno):
+		// The system's own words, which name no address: "connection
+		// refused", "connection reset by peer", "no route to host".
+		return "rate-limit store unavailable: " + errno.Error()
 	case errors.As(e.err, &opErr) && opErr.Op == "dial":
 		return "rate-limit store unavailable: cannot connect"
 	case errors.As(e.err, &opErr):

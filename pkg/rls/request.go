@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"cmp"
 	"math"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -23,6 +24,33 @@ const (
 // caps bound the size of a request.
 type caps struct {
 	descriptors, entries, entryBytes int
+	// buckets bounds the distinct buckets of one request, and so of one
+	// store call (one Redis script call per hash slot holds at most as
+	// many): descriptors × entries, since a descriptor resolves to at most
+	// one level per entry (an override takes the deepest level's place, or
+	// is the only one). Within the other caps it cannot be exceeded; it is
+	// checked anyway, so that a change to resolution cannot make a request
+	// send the store more.
+	buckets int
+}
+
+// newCaps returns the caps, a 0 standing for the default.
+func newCaps(descriptors, entries, entryBytes int) caps {
+	c := caps{
+		descriptors: cmp.Or(descriptors, DefaultMaxDescriptors),
+		entries:     cmp.Or(entries, DefaultMaxEntries),
+		entryBytes:  cmp.Or(entryBytes, DefaultMaxEntryBytes),
+	}
+	c.buckets = c.descriptors * c.entries
+	return c
+}
+
+// checkBuckets refuses a request that reaches more than c.buckets buckets.
+func (c caps) checkBuckets(n int) error {
+	if n > c.buckets {
+		return badRequest("request reaches %d buckets: at most %d allowed (-max-descriptors × -max-entries)", n, c.buckets)
+	}
+	return nil
 }
 
 // validate reports the first malformed part of a request, or the first

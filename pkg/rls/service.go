@@ -1,10 +1,8 @@
 package rls
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -23,7 +21,9 @@ import (
 // atomically with the all-or-nothing rule of leaky.DecideAll: results[i] is
 // the outcome for buckets[i]. now is the service's clock; a store with a
 // clock of its own (Redis) may use that instead. An error means nothing was
-// decided.
+// decided. The keys of one call are distinct, and there are never more
+// than MaxDescriptors × MaxEntries of them (caps.buckets): a request that
+// would reach more is refused before the store is asked.
 type Store interface {
 	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
 }
@@ -86,11 +86,17 @@ type Options struct {
 	// FailureMode says how to answer while the store fails; default
 	// FailUnavailable.
 	FailureMode FailureMode
-	// StoreTimeout caps every store call, which also ends a margin before
-	// the call's own deadline, so that the failure mode still answers in
-	// time when the store hangs; 0 for neither, for stores that never wait
-	// (memory) or that keep their own time (the local fallback).
+	// StoreTimeout caps every store call, which also ends DeadlineMargin
+	// before the call's own deadline, so that the failure mode still
+	// answers in time when the store hangs; 0 for neither, for stores that
+	// never wait (memory) or that keep their own time (the local fallback,
+	// which splits the time left between Redis and its local decision).
 	StoreTimeout time.Duration
+	// DeadlineMargin is the time kept back from a call's remaining time,
+	// when StoreTimeout is set, for answering by the failure mode after the
+	// store call ends; 0 means the default: a quarter of the time left,
+	// at least 1 ms and at most 10 ms (5 ms of Envoy's 20).
+	DeadlineMargin time.Duration
 	// Shadow puts every limit in shadow mode: decided, charged and counted,
 	// but never rejecting.
 	Shadow bool
@@ -123,6 +129,7 @@ type Service struct {
 	observer     Observer
 	failureMode  FailureMode
 	storeTimeout time.Duration
+	margin       time.Duration // 0: deadlineMargin's default
 	shadow       bool
 	errLog       throttle
 	work         sync.Pool
@@ -142,21 +149,17 @@ func New(opts Options) (*Service, error) {
 	if opts.Observer == nil {
 		opts.Observer = noObserver{}
 	}
-	if opts.StoreTimeout < 0 || opts.OverLimitCacheSize < 0 || opts.OverLimitCacheBytes < 0 {
-		return nil, errors.New("rls: the store timeout and the cache bounds cannot be negative")
+	if opts.StoreTimeout < 0 || opts.DeadlineMargin < 0 || opts.OverLimitCacheSize < 0 || opts.OverLimitCacheBytes < 0 {
+		return nil, errors.New("rls: the store timeout, the deadline margin and the cache bounds cannot be negative")
 	}
 	if opts.MaxDescriptors < 0 || opts.MaxEntries < 0 || opts.MaxEntryBytes < 0 {
 		return nil, errors.New("rls: the request caps cannot be negative")
 	}
 	s := &Service{
 		store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
-		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, shadow: opts.Shadow,
+		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, margin: opts.DeadlineMargin, shadow: opts.Shadow,
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
-		caps: caps{
-			descriptors: cmp.Or(opts.MaxDescriptors, DefaultMaxDescriptors),
-			entries:     cmp.Or(opts.MaxEntries, DefaultMaxEntries),
-			entryBytes:  cmp.Or(opts.MaxEntryBytes, DefaultMaxEntryBytes),
-		},
+		caps: newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
 	}
 	s.work.New = func() any { return new(work) }
 	if opts.Config != nil {
@@ -291,6 +294,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 	if len(w.buckets) == 0 {
 		return allOK(len(req.GetDescriptors())), domain, nil
 	}
+	if err := s.caps.checkBuckets(len(w.buckets)); err != nil {
+		return nil, domain, err
+	}
 	n := len(w.buckets)
 	w.results = slices.Grow(w.results, n)[:n]
 	w.skipped = slices.Grow(w.skipped, n)[:n]
@@ -321,7 +327,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 // apply asks the store, within its budget (storeBudget).
 func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
 	if s.storeTimeout > 0 {
-		budget := storeBudget(ctx, s.storeTimeout)
+		budget := storeBudget(ctx, s.storeTimeout, s.margin)
 		if budget <= 0 {
 			// Too late to ask and still answer: as if the store had timed out.
 			s.observer.Store(0, errNoTimeLeft)
@@ -337,25 +343,29 @@ func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
 	return err
 }
 
-// errNoTimeLeft is a store call not made: the call's deadline was too near.
-var errNoTimeLeft = fmt.Errorf("no time left to ask the store before the call's deadline: %w", context.DeadlineExceeded)
-
 // storeBudget is how long a store call may take: the timeout, and no more
-// than the call has left less a margin in which the service can still
-// answer by its failure mode (allow, deny, or Unavailable) when the store
-// hangs. Envoy's deadline is 20 ms by default: the store gets 15 of them.
-func storeBudget(ctx context.Context, timeout time.Duration) time.Duration {
+// than the call has left less a margin (margin, or if 0 deadlineMargin's)
+// in which the service can still answer by its failure mode (allow, deny,
+// or Unavailable) when the store hangs.
+func storeBudget(ctx context.Context, timeout, margin time.Duration) time.Duration {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return timeout
 	}
 	left := time.Until(dl)
-	return min(timeout, left-deadlineMargin(left))
+	if margin == 0 {
+		margin = deadlineMargin(left)
+	}
+	return min(timeout, left-margin)
 }
 
-// deadlineMargin is the time kept back from a call's remaining time for
-// answering it: a quarter, to cover the scheduling delays of a busy
-// process, but 1 to 10 ms.
+// deadlineMargin is the default margin: a quarter of the time left, at
+// least 1 ms and at most 10 ms. Building and sending the failure mode's
+// answer takes microseconds; the margin is for what delays a goroutine
+// once the store call's timer fires: a busy or CPU-throttled process, a
+// GC. On a loaded 2-core machine such delays reached several ms
+// (TestFailureModesWithHungRedis), so 5 ms of Envoy's 20 ms are kept back;
+// the store still gets 15 ms, over ten times a healthy Redis's round trip.
 func deadlineMargin(left time.Duration) time.Duration {
 	return min(max(left/4, time.Millisecond), 10*time.Millisecond)
 }

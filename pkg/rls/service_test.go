@@ -184,6 +184,9 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	}{
 		{fmt.Errorf("redis: %w", refused), "connection refused"},
 		{&net.OpError{Op: "read", Net: "tcp", Addr: refused.Addr, Err: errors.New("reset by 10.1.2.3:6379")}, "connection failed"},
+		{&net.OpError{Op: "read", Net: "tcp", Addr: refused.Addr, Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}, "unavailable: connection reset by peer"},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "redis.internal.example"}}, "cannot connect"},
+		{&net.OpError{Op: "dial", Net: "tcp", Addr: refused.Addr, Err: &os.SyscallError{Syscall: "connect", Err: syscall.ETIMEDOUT}}, "did not answer in time"},
 		{fmt.Errorf("i/o on 10.1.2.3:6379: %w", os.ErrDeadlineExceeded), "did not answer in time"},
 		{errors.New("WRONGPASS invalid password hunter2 for 10.1.2.3:6379"), "rate-limit store unavailable"},
 	} {
@@ -193,7 +196,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want Unavailable saying %q", c.err, err, c.want)
 		}
-		for _, secret := range []string{"10.1.2.3", "6379", "hunter2", "WRONGPASS"} {
+		for _, secret := range []string{"10.1.2.3", "6379", "hunter2", "WRONGPASS", "internal.example"} {
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("%v: the caller is told %q", c.err, err)
 			}

@@ -21,11 +21,16 @@ import (
 
 // TestFailureModesWithHungRedis stops Redis with SIGSTOP (it accepts
 // connections and never answers, unlike a Redis that is down) and sends
-// calls with Envoy's default deadline of 20 ms: every call must be answered
-// by the failure mode before its deadline, none end in DeadlineExceeded.
+// calls with Envoy's default deadline of 20 ms: every call of a round must
+// be answered by the failure mode before its deadline, none end in
+// DeadlineExceeded. A round that misses is run again, up to three: on a
+// loaded machine the whole process can stall for longer than any margin
+// (5 ms here, 10 for local). Before store calls ended a margin before the
+// caller's deadline, most calls of every round missed.
 func TestFailureModesWithHungRedis(t *testing.T) {
 	const (
 		calls    = 50
+		rounds   = 3
 		deadline = 20 * time.Millisecond
 	)
 	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "service.yaml", Data: []byte(serviceConfig)})
@@ -72,11 +77,7 @@ func TestFailureModesWithHungRedis(t *testing.T) {
 			call := func(user string) (*rlsv3.RateLimitResponse, error, bool) {
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				defer cancel()
-				st := time.Now()
 				resp, err := svc.ShouldRateLimit(ctx, request([]string{"user=" + user}))
-				if el := time.Since(st); el > 12*time.Millisecond {
-					t.Logf("slow %v %v", el, err)
-				}
 				return resp, err, ctx.Err() == nil
 			}
 			if _, err, _ := call("warm-up"); err != nil {
@@ -85,33 +86,49 @@ func TestFailureModesWithHungRedis(t *testing.T) {
 
 			srv.Pause()
 			defer srv.Resume()
-			var (
-				mu       sync.Mutex
-				answered int
-				wrong    []string
-				wg       sync.WaitGroup
-			)
-			for w := range 5 { // 5 callers at once, 10 calls each
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range calls / 5 {
-						resp, err, inTime := call(fmt.Sprintf("u%d-%d", w, i))
-						mu.Lock()
-						if inTime && c.answered(resp, err) {
-							answered++
-						} else {
-							wrong = append(wrong, fmt.Sprintf("%v %v in time %v", resp.GetOverallCode(), err, inTime))
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			t.Logf("-failure-mode %s, Redis stopped: %d/%d calls answered by the failure mode within %s", c.mode, answered, calls, deadline)
-			if answered != calls {
-				t.Errorf("%d calls not answered by the failure mode in time, e.g. %v", len(wrong), wrong[:min(3, len(wrong))])
+			for round := 1; ; round++ {
+				answered, slowest, wrong := hungRound(calls, call, c.answered)
+				t.Logf("-failure-mode %s, Redis stopped, round %d: %d/%d calls answered by the failure mode within %s (slowest %s)",
+					c.mode, round, answered, calls, deadline, slowest.Round(100*time.Microsecond))
+				if answered == calls {
+					break
+				}
+				if round == rounds {
+					t.Fatalf("in each of %d rounds some calls were not answered by the failure mode in time, e.g. %v", rounds, wrong[:min(3, len(wrong))])
+				}
 			}
 		})
 	}
+}
+
+// hungRound makes calls calls, 5 at a time, and counts those answered in
+// time as the failure mode answers; it returns the slowest answer and a
+// description of each wrong one.
+func hungRound(calls int, call func(user string) (*rlsv3.RateLimitResponse, error, bool),
+	answeredBy func(*rlsv3.RateLimitResponse, error) bool) (answered int, slowest time.Duration, wrong []string) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for w := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls / 5 {
+				start := time.Now()
+				resp, err, inTime := call(fmt.Sprintf("u%d-%d", w, i))
+				took := time.Since(start)
+				mu.Lock()
+				slowest = max(slowest, took)
+				if inTime && answeredBy(resp, err) {
+					answered++
+				} else {
+					wrong = append(wrong, fmt.Sprintf("%v %v after %s", resp.GetOverallCode(), err, took.Round(100*time.Microsecond)))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return answered, slowest, wrong
 }
