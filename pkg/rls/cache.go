@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
 // overLimitCache remembers, for a while, the buckets the store found over
@@ -139,4 +141,51 @@ func (c *overLimitCache) remove(key string) {
 	sh.mu.Lock()
 	sh.delete(key)
 	sh.mu.Unlock()
+}
+
+// fromCache rejects the request if the over-limit cache knows one of its
+// buckets lacks room for its hits. The buckets it knows are answered from
+// it; the others are marked skipped. A request that checks a bucket without
+// charging it always asks the store, which alone has its figures.
+func fromCache(cache *overLimitCache, w *work, now time.Time) bool {
+	if cache == nil {
+		return false
+	}
+	for _, b := range w.buckets {
+		if b.Hits == 0 && !b.Shadow {
+			return false
+		}
+	}
+	hit := false
+	for i, b := range w.buckets {
+		w.skipped[i] = true
+		if b.Shadow || b.Hits <= 0 {
+			continue
+		}
+		if e, ok := cache.get(b.Key, b.Hits, now); ok {
+			hit, w.skipped[i] = true, false
+			w.results[i] = leaky.Result{Reset: e.reset.Sub(now), Clear: max(0, e.clear.Sub(now))}
+		}
+	}
+	if !hit {
+		clear(w.skipped)
+	}
+	return hit
+}
+
+// remember caches the buckets the store found over their limit, from now,
+// read before the store was asked, and forgets the buckets given hits back.
+func remember(cache *overLimitCache, w *work, now time.Time) {
+	if cache == nil {
+		return
+	}
+	for i, b := range w.buckets {
+		r := &w.results[i]
+		switch {
+		case b.Hits < 0:
+			cache.remove(b.Key)
+		case !r.Admitted && !b.Shadow && b.Hits > 0 && r.Reset > 0:
+			cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
+		}
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +174,15 @@ type generation struct {
 	cache  *overLimitCache // nil when off
 }
 
+// domain returns the named domain of the generation's config, or nil (also
+// when there is no config).
+func (g *generation) domain(name string) *descriptors.Domain {
+	if g == nil {
+		return nil
+	}
+	return g.config.Domain(name)
+}
+
 // SetConfig replaces the configuration. Calls in flight finish with the
 // configuration they started with.
 func (s *Service) SetConfig(c *descriptors.Config) {
@@ -218,45 +225,15 @@ func codeName(c rlsv3.RateLimitResponse_Code) string {
 	return c.String()
 }
 
-// work is the scratch space of one request, reused across requests.
-type work struct {
-	entries  []descriptors.Entry
-	levels   []descriptors.Level
-	starts   []int // levels of descriptor i: levels[starts[i]:starts[i+1]]
-	bucketOf []int // bucket index of each level
-	buckets  []leaky.Bucket
-	results  []leaky.Result
-	skipped  []bool         // buckets not decided: the cache rejected the request first
-	index    map[string]int // bucket of each key, once there are more than scanBuckets
-}
-
-// scanBuckets is how many buckets addBucket searches one by one; beyond, a
-// map keeps the work per request linear in its size.
-const scanBuckets = 8
-
-func (w *work) reset() {
-	clear(w.levels) // drop references to keys and rules
-	clear(w.buckets)
-	w.entries, w.levels, w.starts = w.entries[:0], w.levels[:0], w.starts[:0]
-	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
-	clear(w.index)
-}
-
 // decide answers a request; domain is its domain if the config has it.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, domain string, err error) {
-	var d *descriptors.Domain
 	g := s.config.Load()
-	if err := s.caps.validate(req); err != nil {
-		if g != nil && g.config.Domain(req.GetDomain()) != nil {
-			domain = req.GetDomain()
-		}
-		return nil, domain, err
-	}
-	if g != nil {
-		d = g.config.Domain(req.GetDomain())
-	}
+	d := g.domain(req.GetDomain())
 	if d != nil {
 		domain = d.Name
+	}
+	if err := s.caps.validate(req); err != nil {
+		return nil, domain, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, domain, err
@@ -267,40 +244,13 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 
 	w := s.work.Get().(*work)
 	defer func() { w.reset(); s.work.Put(w) }()
-	w.starts = append(w.starts, 0)
-	for _, desc := range req.GetDescriptors() {
-		var override *descriptors.Rule
-		if o := desc.GetLimit(); o != nil {
-			override = overrideRule(o)
-		}
-		w.entries = entriesOf(desc, w.entries[:0])
-		w.levels = d.Resolve(w.entries, override, w.levels)
-		w.starts = append(w.starts, len(w.levels))
-	}
-	var replaced map[string]bool
-	if d.HasReplaces() {
-		replaced = replacedNames(w.levels)
-	}
-	for i, desc := range req.GetDescriptors() {
-		hits := hitsOf(req, desc)
-		for _, l := range w.levels[w.starts[i]:w.starts[i+1]] {
-			if replaced[l.Rule.Name] {
-				w.bucketOf = append(w.bucketOf, -1) // neither checked nor charged
-				continue
-			}
-			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits, s.shadow))
-		}
-	}
+	w.resolve(d, req, s.shadow)
 	if len(w.buckets) == 0 {
 		return allOK(len(req.GetDescriptors())), domain, nil
 	}
 	if err := s.caps.checkBuckets(len(w.buckets)); err != nil {
 		return nil, domain, err
 	}
-	n := len(w.buckets)
-	w.results = slices.Grow(w.results, n)[:n]
-	w.skipped = slices.Grow(w.skipped, n)[:n]
-	clear(w.skipped)
 
 	now := s.clock()
 	if fromCache(g.cache, w, now) {
@@ -308,192 +258,9 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		return s.respond(d, w), domain, nil
 	}
 	if err := s.apply(ctx, now, w); err != nil {
-		if ctx.Err() != nil {
-			return nil, domain, ctx.Err()
-		}
-		s.errLog.do(func(suppressed int) {
-			s.log.Error("rate-limit store failed", "err", err, "domain", domain, "failure_mode", s.failureMode.String(), "suppressed", suppressed)
-		})
-		if s.failureMode == FailUnavailable {
-			return nil, domain, &storeError{err: err}
-		}
-		s.observer.FailureAnswer(s.failureMode)
-		return failureResponse(s.failureMode, w), domain, nil
+		resp, err := s.storeFailed(ctx, err, domain, w)
+		return resp, domain, err
 	}
 	remember(g.cache, w, now)
 	return s.respond(d, w), domain, nil
-}
-
-// apply asks the store, within its budget (storeBudget).
-func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
-	if s.storeTimeout > 0 {
-		budget := storeBudget(ctx, s.storeTimeout, s.margin)
-		if budget <= 0 {
-			// Too late to ask and still answer: as if the store had timed out.
-			s.observer.Store(0, errNoTimeLeft)
-			return errNoTimeLeft
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, budget)
-		defer cancel()
-	}
-	start := time.Now()
-	err := s.store.Apply(ctx, now, w.buckets, w.results)
-	s.observer.Store(time.Since(start), err)
-	return err
-}
-
-// storeBudget is how long a store call may take: the timeout, and no more
-// than the call has left less a margin (margin, or if 0 deadlineMargin's)
-// in which the service can still answer by its failure mode (allow, deny,
-// or Unavailable) when the store hangs.
-func storeBudget(ctx context.Context, timeout, margin time.Duration) time.Duration {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return timeout
-	}
-	left := time.Until(dl)
-	if margin == 0 {
-		margin = deadlineMargin(left)
-	}
-	return min(timeout, left-margin)
-}
-
-// deadlineMargin is the default margin: a quarter of the time left, at
-// least 1 ms and at most 10 ms. Building and sending the failure mode's
-// answer takes microseconds; the margin is for what delays a goroutine
-// once the store call's timer fires: a busy or CPU-throttled process, a
-// GC. On a loaded 2-core machine such delays reached several ms
-// (TestFailureModesWithHungRedis), so 5 ms of Envoy's 20 ms are kept back;
-// the store still gets 15 ms, over ten times a healthy Redis's round trip.
-func deadlineMargin(left time.Duration) time.Duration {
-	return min(max(left/4, time.Millisecond), 10*time.Millisecond)
-}
-
-// fromCache rejects the request if the over-limit cache knows one of its
-// buckets lacks room for its hits. The buckets it knows are answered from
-// it; the others are marked skipped. A request that checks a bucket without
-// charging it always asks the store, which alone has its figures.
-func fromCache(cache *overLimitCache, w *work, now time.Time) bool {
-	if cache == nil {
-		return false
-	}
-	for _, b := range w.buckets {
-		if b.Hits == 0 && !b.Shadow {
-			return false
-		}
-	}
-	hit := false
-	for i, b := range w.buckets {
-		w.skipped[i] = true
-		if b.Shadow || b.Hits <= 0 {
-			continue
-		}
-		if e, ok := cache.get(b.Key, b.Hits, now); ok {
-			hit, w.skipped[i] = true, false
-			w.results[i] = leaky.Result{Reset: e.reset.Sub(now), Clear: max(0, e.clear.Sub(now))}
-		}
-	}
-	if !hit {
-		clear(w.skipped)
-	}
-	return hit
-}
-
-// remember caches the buckets the store found over their limit, from now,
-// read before the store was asked, and forgets the buckets given hits back.
-func remember(cache *overLimitCache, w *work, now time.Time) {
-	if cache == nil {
-		return
-	}
-	for i, b := range w.buckets {
-		r := &w.results[i]
-		switch {
-		case b.Hits < 0:
-			cache.remove(b.Key)
-		case !r.Admitted && !b.Shadow && b.Hits > 0 && r.Reset > 0:
-			cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
-		}
-	}
-}
-
-// replacedNames returns the names of the limits that limits of the request
-// replace (envoyproxy/ratelimit's replaces): those levels are dropped.
-func replacedNames(levels []descriptors.Level) map[string]bool {
-	var names map[string]bool
-	for _, l := range levels {
-		for _, name := range l.Rule.Replaces {
-			if names == nil {
-				names = map[string]bool{}
-			}
-			names[name] = true
-		}
-	}
-	return names
-}
-
-// addBucket returns the index of the level's bucket in w.buckets, adding
-// it, or adding the hits to it when another descriptor of the request
-// already uses it, so a bucket is charged once with all its hits.
-func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
-	if i, ok := w.find(l.Key); ok {
-		w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
-		return i
-	}
-	w.buckets = append(w.buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
-	i := len(w.buckets) - 1
-	switch {
-	case i == scanBuckets:
-		if w.index == nil {
-			w.index = make(map[string]int)
-		}
-		for j, b := range w.buckets {
-			w.index[b.Key] = j
-		}
-	case i > scanBuckets:
-		w.index[l.Key] = i
-	}
-	return i
-}
-
-// find returns the index of the bucket with key.
-func (w *work) find(key string) (int, bool) {
-	if len(w.buckets) > scanBuckets {
-		i, ok := w.index[key]
-		return i, ok
-	}
-	for i := range w.buckets {
-		if w.buckets[i].Key == key {
-			return i, true
-		}
-	}
-	return 0, false
-}
-
-// addHits adds without overflowing.
-func addHits(a, b int64) int64 {
-	switch {
-	case b > 0 && a > math.MaxInt64-b:
-		return math.MaxInt64
-	case b < 0 && a < math.MinInt64-b:
-		return math.MinInt64
-	}
-	return a + b
-}
-
-// throttle runs a function at most once a second, telling it how many calls
-// it skipped, so a failing store cannot flood the log.
-type throttle struct {
-	last       atomic.Int64 // Unix nanoseconds of the last run
-	suppressed atomic.Int64
-}
-
-func (t *throttle) do(f func(suppressed int)) {
-	now := time.Now().UnixNano()
-	last := t.last.Load()
-	if now-last < int64(time.Second) || !t.last.CompareAndSwap(last, now) {
-		t.suppressed.Add(1)
-		return
-	}
-	f(int(t.suppressed.Swap(0)))
 }

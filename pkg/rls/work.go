@@ -1,0 +1,134 @@
+package rls
+
+import (
+	"math"
+	"slices"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// work is the scratch space of one request, reused across requests.
+type work struct {
+	entries  []descriptors.Entry
+	levels   []descriptors.Level
+	starts   []int // levels of descriptor i: levels[starts[i]:starts[i+1]]
+	bucketOf []int // bucket index of each level
+	buckets  []leaky.Bucket
+	results  []leaky.Result
+	skipped  []bool         // buckets not decided: the cache rejected the request first
+	index    map[string]int // bucket of each key, once there are more than scanBuckets
+}
+
+// scanBuckets is how many buckets addBucket searches one by one; beyond, a
+// map keeps the work per request linear in its size.
+const scanBuckets = 8
+
+func (w *work) reset() {
+	clear(w.levels) // drop references to keys and rules
+	clear(w.buckets)
+	w.entries, w.levels, w.starts = w.entries[:0], w.levels[:0], w.starts[:0]
+	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
+	clear(w.index)
+}
+
+// resolve walks each descriptor of req through domain d and gathers the
+// buckets of its levels: levels of replaced limits are dropped, and a
+// bucket reached by several descriptors is one bucket with all their hits.
+// shadow puts every bucket in shadow mode.
+func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) {
+	w.starts = append(w.starts, 0)
+	for _, desc := range req.GetDescriptors() {
+		var override *descriptors.Rule
+		if o := desc.GetLimit(); o != nil {
+			override = overrideRule(o)
+		}
+		w.entries = entriesOf(desc, w.entries[:0])
+		w.levels = d.Resolve(w.entries, override, w.levels)
+		w.starts = append(w.starts, len(w.levels))
+	}
+	var replaced map[string]bool
+	if d.HasReplaces() {
+		replaced = replacedNames(w.levels)
+	}
+	for i, desc := range req.GetDescriptors() {
+		hits := hitsOf(req, desc)
+		for _, l := range w.levels[w.starts[i]:w.starts[i+1]] {
+			if replaced[l.Rule.Name] {
+				w.bucketOf = append(w.bucketOf, -1) // neither checked nor charged
+				continue
+			}
+			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits, shadow))
+		}
+	}
+	n := len(w.buckets)
+	w.results = slices.Grow(w.results, n)[:n]
+	w.skipped = slices.Grow(w.skipped, n)[:n]
+	clear(w.skipped)
+}
+
+// replacedNames returns the names of the limits that limits of the request
+// replace (envoyproxy/ratelimit's replaces): those levels are dropped.
+func replacedNames(levels []descriptors.Level) map[string]bool {
+	var names map[string]bool
+	for _, l := range levels {
+		for _, name := range l.Rule.Replaces {
+			if names == nil {
+				names = map[string]bool{}
+			}
+			names[name] = true
+		}
+	}
+	return names
+}
+
+// addBucket returns the index of the level's bucket in w.buckets, adding
+// it, or adding the hits to it when another descriptor of the request
+// already uses it, so a bucket is charged once with all its hits.
+func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
+	if i, ok := w.find(l.Key); ok {
+		w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
+		return i
+	}
+	w.buckets = append(w.buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
+	i := len(w.buckets) - 1
+	switch {
+	case i == scanBuckets:
+		if w.index == nil {
+			w.index = make(map[string]int)
+		}
+		for j, b := range w.buckets {
+			w.index[b.Key] = j
+		}
+	case i > scanBuckets:
+		w.index[l.Key] = i
+	}
+	return i
+}
+
+// find returns the index of the bucket with key.
+func (w *work) find(key string) (int, bool) {
+	if len(w.buckets) > scanBuckets {
+		i, ok := w.index[key]
+		return i, ok
+	}
+	for i := range w.buckets {
+		if w.buckets[i].Key == key {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// addHits adds without overflowing.
+func addHits(a, b int64) int64 {
+	switch {
+	case b > 0 && a > math.MaxInt64-b:
+		return math.MaxInt64
+	case b < 0 && a < math.MinInt64-b:
+		return math.MinInt64
+	}
+	return a + b
+}
