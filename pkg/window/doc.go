@@ -1,0 +1,31 @@
+// Package window holds the window algorithms beside the leaky bucket: the
+// sliding window (a count over the last Window, in sub-windows of
+// Resolution) and the fixed window (envoyproxy/ratelimit's counting). Each
+// decision is a pure function of (state, limit, now, hits), as leaky's:
+// Decide says whether hits fit and what to report, changing nothing, and
+// Charge adds them once every bucket of the request has admitted, so that
+// stores apply the all-or-nothing rule the same way for every algorithm.
+//
+// Time is kept in microseconds since the Unix epoch.
+package window
+
+import "time"
+
+// Result is the outcome of one decision for one window.
+type Result struct {
+	// Admitted reports whether the hits fit.
+	Admitted bool
+	// Remaining is Limit less the count after the decision (with the hits
+	// if admitted), at least 0.
+	Remaining int64
+	// Clear is the time until the window counts nothing: until the newest
+	// sub-window holding hits has left it.
+	Clear time.Duration
+	// Reset is, when the hits were not admitted, the time until enough of
+	// the oldest hits have left for them to fit; hits over the limit never
+	// fit, and Reset is then a whole window.
+	Reset time.Duration
+	// TTL is how long a store must keep the state: until it counts nothing
+	// (Clear after a charge); 0 means it need not be kept.
+	TTL time.Duration
+}
