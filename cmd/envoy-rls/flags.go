@@ -114,7 +114,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 		redisMode:   choice[redis.Mode]{redis.ScriptMode, []option[redis.Mode]{{"script", redis.ScriptMode}, {"transactions", redis.TransactionsMode}}},
 		failureMode: choice[failureMode]{failUnavailable, []option[failureMode]{{"unavailable", failUnavailable}, {"allow", failAllow}, {"deny", failDeny}, {"local", failLocal}}},
 		responseHeaders: choice[rls.Headers]{rls.LeakyHeaders, []option[rls.Headers]{
-			{"leaky", rls.LeakyHeaders}, {"envoy", rls.EnvoyHeaders}, {"none", rls.NoHeaders}}},
+			{"leaky", rls.LeakyHeaders}, {"envoy", rls.EnvoyHeaders}, {"ietf", rls.IETFHeaders}, {"none", rls.NoHeaders}}},
 		logLevel: choice[slog.Level]{slog.LevelInfo, []option[slog.Level]{
 			{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}},
 		logFormat: choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
@@ -150,7 +150,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.IntVar(&s.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "most descriptors in one request; more is InvalidArgument")
 	fs.IntVar(&s.maxEntries, "max-entries", rls.DefaultMaxEntries, "most entries in one descriptor; more is InvalidArgument")
 	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", rls.DefaultMaxEntryBytes, "most bytes in one entry's key or value; more is InvalidArgument")
-	fs.Var(&s.responseHeaders, "response-headers", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers) or none")
+	fs.Var(&s.responseHeaders, "response-headers", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers), ietf (the IETF draft's RateLimit-Policy and RateLimit, Retry-After) or none")
 	fs.Var(&s.logLevel, "log-level", "log `level`: debug, info, warn or error")
 	fs.Var(&s.logFormat, "log-format", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")

@@ -189,6 +189,9 @@ func TestChoiceFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-failure-mode", "local"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "needs -store redis") {
 		t.Errorf("-failure-mode local on the memory store: %v", err)
 	}
+	if i, err := parseFlags([]string{"-response-headers", "ietf"}, noEnv, io.Discard); err != nil || i.responseHeaders.value != rls.IETFHeaders {
+		t.Errorf("-response-headers ietf: %v", err)
+	}
 	if _, err := parseFlags([]string{"-failure-mode", "maybe"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "want unavailable, allow, deny or local") {
 		t.Errorf("-failure-mode maybe: %v", err)
 	}

@@ -50,7 +50,11 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if s.headers != NoHeaders && all.limited {
+	switch {
+	case !all.limited || s.headers == NoHeaders:
+	case s.headers == IETFHeaders:
+		resp.ResponseHeadersToAdd = ietfHeaders(w, &all)
+	default:
 		resp.ResponseHeadersToAdd = all.headers(b, s.headers == LeakyHeaders)
 	}
 	return resp

@@ -39,6 +39,9 @@ const (
 	// (DRAFT_VERSION_03) does not make from the statuses: X-RateLimit-Clear,
 	// and Retry-After on OVER_LIMIT.
 	EnvoyHeaders
+	// IETFHeaders adds the IETF httpapi draft's fields (draft -10):
+	// RateLimit-Policy and RateLimit, and on OVER_LIMIT Retry-After.
+	IETFHeaders
 )
 
 // FailureMode says how the service answers while the store fails.

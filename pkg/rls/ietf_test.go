@@ -1,0 +1,59 @@
+package rls
+
+import (
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+func TestIETFHeaders(t *testing.T) {
+	svc, c := newService(t, Options{Headers: IETFHeaders})
+	runSteps(t, svc, c, []step{
+		// Both levels are policies; the trade bucket (3, one every 2s)
+		// binds: 2 left, empty in 2s.
+		{0, request("api", desc("user=a", "action=trade")),
+			`OK [OK trades 30/MINUTE left=2 reset=2s] RateLimit-Policy="user";q=10;w=10, "trades";q=3;w=6 RateLimit="trades";r=2;t=2`},
+		{0, request("api", desc("user=a", "action=trade"), desc("user=a", "action=trade")),
+			`OK [OK trades 30/MINUTE left=0 reset=6s; OK trades 30/MINUTE left=0 reset=6s] RateLimit-Policy="user";q=10;w=10, "trades";q=3;w=6 RateLimit="trades";r=0;t=6`},
+		// Over: t is when the request could pass, as Retry-After.
+		{0, request("api", desc("user=a", "action=trade")),
+			`OVER_LIMIT [OVER_LIMIT trades 30/MINUTE left=0 reset=2s] RateLimit-Policy="user";q=10;w=10, "trades";q=3;w=6 RateLimit="trades";r=0;t=2 Retry-After=2`},
+		{0, request("api", desc("client=abuser")),
+			`OVER_LIMIT [OVER_LIMIT 0/SECOND left=0 reset=1s] RateLimit-Policy="client=abuser";q=0;w=1 RateLimit="client=abuser";r=0;t=1 Retry-After=1`},
+		// A shadow limit is no policy: it never limits.
+		{0, request("api", desc("plan=free")), `OK [OK]`},
+	})
+}
+
+func TestPolicyNames(t *testing.T) {
+	for name, want := range map[string]string{
+		"burst":        `"burst"`,
+		`say "hi"\now`: `"say \"hi\"\\now"`,
+		"héllo\tx":     `"h??llo?x"`,
+	} {
+		if got := string(appendPolicyName(nil, &descriptors.Rule{Name: name})); got != want {
+			t.Errorf("%q: %s, want %s", name, got, want)
+		}
+	}
+	if got := string(appendPolicyName(nil, &descriptors.Rule{Path: "descriptors[1]"})); got != `"descriptors[1]"` {
+		t.Errorf("unnamed: %s", got)
+	}
+}
+
+func TestDrainSeconds(t *testing.T) {
+	for _, c := range []struct {
+		l    leaky.Limit
+		want int64
+	}{
+		{leaky.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, 60}, // 100/minute
+		{leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 3}, 4},
+		{leaky.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, 1},
+		{leaky.Limit{Size: leaky.MaxSize, DripRate: leaky.MaxDripRate, DripSize: 1}, 9223372036},
+	} {
+		if got := drainSeconds(c.l); got != c.want {
+			t.Errorf("%v: %d, want %d", c.l, got, c.want)
+		}
+	}
+}
