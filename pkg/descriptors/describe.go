@@ -8,9 +8,10 @@ type Description struct {
 
 // DomainDescription is one domain and its descriptor tree.
 type DomainDescription struct {
-	Domain      string                  `json:"domain"`
-	File        string                  `json:"file"`
-	Descriptors []DescriptorDescription `json:"descriptors,omitempty"`
+	Domain        string                  `json:"domain"`
+	File          string                  `json:"file"`
+	OverLimitBody string                  `json:"over_limit_body,omitempty"`
+	Descriptors   []DescriptorDescription `json:"descriptors,omitempty"`
 }
 
 // DescriptorDescription is one node of the tree.
@@ -39,7 +40,8 @@ type LimitDescription struct {
 func (c *Config) Describe() Description {
 	d := Description{Files: c.files, Domains: []DomainDescription{}}
 	for _, dom := range c.Domains() {
-		d.Domains = append(d.Domains, DomainDescription{Domain: dom.Name, File: dom.File, Descriptors: describeLevel(dom.root)})
+		d.Domains = append(d.Domains, DomainDescription{Domain: dom.Name, File: dom.File, OverLimitBody: dom.OverLimitBody,
+			Descriptors: describeLevel(dom.root)})
 	}
 	return d
 }

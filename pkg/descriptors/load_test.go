@@ -99,6 +99,11 @@ func TestParseRejects(t *testing.T) {
 		want string // expected in the error, "file:line: field: ..." form
 	}{
 		{"not YAML", "domain: api\ndescriptors: [\n", "bad.yaml:2: invalid YAML: did not find expected node content"},
+		{"over_limit_body placeholder misspelt", "domain: api\nover_limit_body: \"wait {retryafter} s\"\n",
+			"bad.yaml:2: over_limit_body: has the placeholder {retryafter}: the only one is {retry_after}"},
+		{"over_limit_body too long", "domain: api\nover_limit_body: " + strings.Repeat("x", 4097) + "\n",
+			"bad.yaml:2: over_limit_body: is 4097 bytes: at most 4096 allowed"},
+		{"over_limit_body not text", "domain: api\nover_limit_body: [a]\n", "bad.yaml:2: over_limit_body: must be a string, got a list"},
 		{"tab indentation", "domain: api\n\tdescriptors: []\n", "bad.yaml:2: invalid YAML"},
 		{"empty file", "", "bad.yaml:1: domain: is required: the file is empty"},
 		{"not a mapping", "- a\n- b\n", "bad.yaml:1: must be a mapping of fields, got a list"},

@@ -18,7 +18,7 @@ import (
 // The fields each YAML mapping may have. The envoyproxy/ratelimit fields
 // this service does not act on are accepted with a warning.
 var (
-	fileFields       = []string{"domain", "match", "descriptors"}
+	fileFields       = []string{"domain", "match", "over_limit_body", "descriptors"}
 	descriptorFields = []string{"key", "value", "name", "leaky_bucket", "rate_limit", "shadow_mode", "descriptors",
 		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
 	leakyFields = []string{"size", "drip_rate", "drip_size"}
@@ -33,10 +33,11 @@ var ignored = map[string]string{
 
 // rawDomain is one file's domain as written, checked field by field.
 type rawDomain struct {
-	name        string
-	line        int
-	leaf        bool // match: leaf
-	descriptors []*rawNode
+	name          string
+	line          int
+	leaf          bool   // match: leaf
+	overLimitBody string // sent on OVER_LIMIT, {retry_after} filled in
+	descriptors   []*rawNode
 }
 
 // rawNode is one descriptor as written, checked field by field.
@@ -110,7 +111,7 @@ func parseFile(r *reader, data []byte) *rawDomain {
 		return nil
 	}
 	root := deref(doc.Content[0])
-	var buf [3]field // one per name of fileFields
+	var buf [4]field // one per name of fileFields
 	fields, ok := r.mapping(root, nil, fileFields, buf[:0])
 	if !ok {
 		return nil
@@ -137,6 +138,10 @@ func parseFile(r *reader, data []byte) *rawDomain {
 				default:
 					r.errorf(f.value, &fp, "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", clip(m))
 				}
+			}
+		case "over_limit_body":
+			if d.overLimitBody, ok = r.text(f.value, &fp); ok {
+				r.checkOverLimitBody(f.value, &fp, d.overLimitBody)
 			}
 		case "descriptors":
 			d.descriptors = r.descriptorList(f.value, nil)
@@ -596,4 +601,33 @@ func (r *reader) replaces(n *yaml.Node, p *fieldPath, d *rawNode) bool {
 		}
 	}
 	return ok
+}
+
+// maxOverLimitBody bounds over_limit_body: a message for a client, not a
+// page.
+const maxOverLimitBody = 4096
+
+// checkOverLimitBody reports a body too long, or holding a placeholder
+// other than {retry_after} (a misspelt one would reach clients as written).
+func (r *reader) checkOverLimitBody(n *yaml.Node, p *fieldPath, body string) {
+	if len(body) > maxOverLimitBody {
+		r.errorf(n, p, "is %d bytes: at most %d allowed", len(body), maxOverLimitBody)
+		return
+	}
+	for rest := body; ; {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			return
+		}
+		rest = rest[i:]
+		j := strings.IndexByte(rest, '}')
+		if j < 0 {
+			return
+		}
+		if name := rest[:j+1]; name != OverLimitBodyRetryAfter {
+			r.errorf(n, p, "has the placeholder %s: the only one is %s (whole seconds until a retry can pass)", clip(name), OverLimitBodyRetryAfter)
+			return
+		}
+		rest = rest[j+1:]
+	}
 }

@@ -69,6 +69,10 @@ type Domain struct {
 	Name string
 	// File is the file the domain was loaded from.
 	File string
+	// OverLimitBody is sent to clients on OVER_LIMIT (as the response's
+	// raw_body), with OverLimitBodyRetryAfter replaced by whole seconds;
+	// "" sends none.
+	OverLimitBody string
 
 	prefix string // the domain's key component
 	root   *level
@@ -78,6 +82,10 @@ type Domain struct {
 	// replacement pass only then.
 	replaces bool
 }
+
+// OverLimitBodyRetryAfter is the placeholder of OverLimitBody that is
+// replaced by the whole seconds until a retry can pass.
+const OverLimitBodyRetryAfter = "{retry_after}"
 
 // Leaf reports whether the domain applies only the deepest matching limit
 // (match: leaf) instead of every level on the path.
@@ -154,7 +162,7 @@ type compiler struct {
 // compile builds the tree of one parsed domain, or says where the strings
 // it would make overran budget bytes.
 func compile(file string, raw *rawDomain, budget int) (*Domain, *Problem) {
-	c := compiler{d: &Domain{Name: raw.name, File: file, prefix: escape(raw.name), leaf: raw.leaf}, budget: budget}
+	c := compiler{d: &Domain{Name: raw.name, File: file, OverLimitBody: raw.overLimitBody, prefix: escape(raw.name), leaf: raw.leaf}, budget: budget}
 	c.d.root = c.level(raw.descriptors, parent{})
 	if n := c.over; n != nil {
 		return nil, &Problem{File: file, Line: max(n.line, 1), Field: n.path(),

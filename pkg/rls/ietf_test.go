@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -54,6 +55,27 @@ func TestDrainSeconds(t *testing.T) {
 	} {
 		if got := drainSeconds(c.l); got != c.want {
 			t.Errorf("%v: %d, want %d", c.l, got, c.want)
+		}
+	}
+}
+
+func TestOverLimitBody(t *testing.T) {
+	cfg := loadConfig(t, `
+domain: api
+over_limit_body: "Too many requests; try again in {retry_after} s. ({retry_after})"
+descriptors:
+  - key: user
+    leaky_bucket: {size: 1, drip_rate: 2500ms}
+`)
+	svc, c := newService(t, Options{Config: cfg})
+	for i, want := range []string{"", "Too many requests; try again in 3 s. (3)"} {
+		c.now = t0
+		resp, err := svc.ShouldRateLimit(context.Background(), request("api", desc("user=a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(resp.GetRawBody()); got != want {
+			t.Errorf("call %d (%v): raw_body %q, want %q", i+1, resp.GetOverallCode(), got, want)
 		}
 	}
 }

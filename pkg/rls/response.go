@@ -3,6 +3,7 @@ package rls
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -49,6 +50,9 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 		if v.over {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+	}
+	if all.over && domain.OverLimitBody != "" {
+		resp.RawBody = overLimitBody(domain.OverLimitBody, all.reset)
 	}
 	switch {
 	case !all.limited || s.headers == NoHeaders:
@@ -236,6 +240,12 @@ func appendSeconds(b []byte, d time.Duration) []byte {
 		}
 	}
 	return b
+}
+
+// overLimitBody is a domain's over_limit_body with its placeholder filled
+// in: the whole seconds until a retry can pass, as Retry-After.
+func overLimitBody(body string, reset time.Duration) []byte {
+	return []byte(strings.ReplaceAll(body, descriptors.OverLimitBodyRetryAfter, strconv.FormatInt(wholeSeconds(reset), 10)))
 }
 
 // wholeSeconds rounds d up to whole seconds, at least 1: Retry-After has no
