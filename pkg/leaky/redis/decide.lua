@@ -19,6 +19,7 @@
 -- clear, reset, ttl (times in microseconds), and if asked the counter and
 -- timestamp before the charge; then the time decided at.
 
+
 -- floor(a / b) is exact for integers 0 <= a <= MAX, 1 <= b <= MAX: the
 -- double quotient is rounded, but within this range never up to the next
 -- integer.
@@ -106,53 +107,53 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
 end
 
 local now = time_now(ARGV[1])
-local want_before = ARGV[2] == '1'
 
--- The arguments, parsed once: each bucket's limit, hits and shadow flag.
+-- Read every bucket, then decide them all (leaky.DecideAll). res holds 7
+-- values per bucket; counters and stamps the states as read. The arguments
+-- are read by offset into flat tables, not into a table per field: each
+-- table a call makes costs Redis time on every request (a version with
+-- named per-field arrays took 1 us more per call, about 9%).
 local n = #KEYS
-local sizes, rates, drip_sizes, hits, shadow = {}, {}, {}, {}, {}
-for i = 1, n do
-  local a = 3 + 5 * (i - 1)
-  sizes[i], rates[i], drip_sizes[i], hits[i] =
-    tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  shadow[i] = ARGV[a + 4] == '1'
-end
-
--- leaky.DecideAll. First read and decide every bucket; the request is
--- admitted if every bucket not in shadow mode admits it.
-local stored, counters, stamps = {}, {}, {} -- as read
-local admitted, counter, ts, remaining, clear, reset, ttl = {}, {}, {}, {}, {}, {}, {}
-local all_admitted = true
+local stored, counters, stamps, res = {}, {}, {}, {}
+local allowed = true
 for i = 1, n do
   stored[i] = redis.call('GET', KEYS[i])
-  counters[i], stamps[i] = load_state(stored[i])
-  admitted[i], counter[i], ts[i], remaining[i], clear[i], reset[i], ttl[i] =
-    decide(counters[i], stamps[i], sizes[i], rates[i], drip_sizes[i], hits[i], now)
-  if admitted[i] == 0 and not shadow[i] then
-    all_admitted = false
+  local c, t = load_state(stored[i])
+  counters[i], stamps[i] = c, t
+  local a = 5 * i - 2
+  local j = 7 * i - 7
+  local admitted
+  admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+    decide(c, t, tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), now)
+  res[j + 1] = admitted
+  if admitted == 0 and ARGV[a + 4] ~= '1' then
+    allowed = false
   end
 end
 
--- Then charge them all, or, if rejected, show each bucket as it stays.
+local before = ARGV[2] == '1'
 local out, k = {}, 0
 for i = 1, n do
-  if all_admitted then
-    if ttl[i] > 0 then
+  local a = 5 * i - 2
+  local j = 7 * i - 7
+  if allowed then
+    if res[j + 7] > 0 then
       -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
-      store_state(KEYS[i], counter[i], ts[i], 'PX', ceil(ttl[i] / 1000))
+      store_state(KEYS[i], res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
     elseif stored[i] then
       redis.call('DEL', KEYS[i]) -- empty: nothing to keep
     end
-  elseif admitted[i] == 1 and hits[i] ~= 0 then
-    admitted[i], counter[i], ts[i], remaining[i], clear[i], reset[i], ttl[i] =
-      decide(counters[i], stamps[i], sizes[i], rates[i], drip_sizes[i], 0, now)
+  elseif res[j + 1] == 1 and tonumber(ARGV[a + 3]) ~= 0 then
+    -- Rejected: show the bucket as it stays, uncharged.
+    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+      decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
   end
-  out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] =
-    admitted[i], counter[i], ts[i], remaining[i], clear[i], reset[i], ttl[i]
+  for m = 1, 7 do
+    out[k + m] = res[j + m]
+  end
   k = k + 7
-  if want_before then
-    -- The bucket before the charge, dripped to now, for an undo.
-    local _, c, t = decide(counters[i], stamps[i], sizes[i], rates[i], drip_sizes[i], 0, now)
+  if before then
+    local _, c, t = decide(counters[i], stamps[i], tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), 0, now)
     out[k + 1], out[k + 2] = c, t
     k = k + 2
   end
