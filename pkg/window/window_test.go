@@ -29,6 +29,20 @@ func (s step) check(t *testing.T, i int, r Result) {
 	}
 }
 
+// runSteps runs the steps in order through decide, charging each admitted
+// one, as a store whose request has this one bucket does.
+func runSteps(t *testing.T, steps []step, decide func(time.Time, int64) Result, charge func(time.Time, int64)) {
+	t.Helper()
+	for i, st := range steps {
+		now := t0.Add(st.at)
+		r := decide(now, st.hits)
+		st.check(t, i, r)
+		if r.Admitted {
+			charge(now, st.hits)
+		}
+	}
+}
+
 func TestSlidingSteps(t *testing.T) {
 	const sec = time.Second
 	l := Sliding{Limit: 5, Window: 10 * sec, Resolution: sec}
@@ -46,14 +60,8 @@ func TestSlidingSteps(t *testing.T) {
 		{100 * sec, 0, true, 5, 0, 0, 0},                                                           // long idle: empty
 	}
 	var s SlidingState
-	for i, st := range steps {
-		now := t0.Add(st.at)
-		r := l.Decide(s, now, st.hits)
-		st.check(t, i, r)
-		if r.Admitted {
-			l.Charge(&s, now, st.hits)
-		}
-	}
+	runSteps(t, steps, func(now time.Time, hits int64) Result { return l.Decide(s, now, hits) },
+		func(now time.Time, hits int64) { l.Charge(&s, now, hits) })
 }
 
 func TestSlidingResetWalksOldestFirst(t *testing.T) {
@@ -95,14 +103,8 @@ func TestFixedSteps(t *testing.T) {
 		{30 * sec, 0, true, 3, 0, 0, 0},
 	}
 	var s FixedState
-	for i, st := range steps {
-		now := t0.Add(st.at)
-		r := l.Decide(s, now, st.hits)
-		st.check(t, i, r)
-		if r.Admitted {
-			l.Charge(&s, now, st.hits)
-		}
-	}
+	runSteps(t, steps, func(now time.Time, hits int64) Result { return l.Decide(s, now, hits) },
+		func(now time.Time, hits int64) { l.Charge(&s, now, hits) })
 }
 
 func TestValidate(t *testing.T) {
