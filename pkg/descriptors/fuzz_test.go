@@ -14,25 +14,7 @@ import (
 var fuzzSeeds = []string{
 	// valid
 	"domain: api\n",
-	`domain: api
-descriptors:
-  - key: user
-    leaky_bucket: {size: 60, drip_rate: 1s}
-    descriptors:
-      - key: action
-        value: trade
-        name: trades
-        leaky_bucket: {size: 5, drip_rate: 2s, drip_size: 1}
-  - key: path
-    value: /admin/*
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: client
-    value: internal
-    rate_limit: {unlimited: true}
-  - key: plan
-    shadow_mode: true
-    leaky_bucket: {size: 10, drip_rate: 1s}
-`,
+	validConfig,
 	`domain: edge
 match: leaf
 descriptors:
