@@ -7,7 +7,7 @@ type Bucket struct {
 	// Key is the bucket's identity in the store. Keys are unique within one
 	// request: the caller merges repeated buckets, adding up their hits.
 	Key string
-	// Limit is the bucket's size and leak rate.
+	// Limit is what the bucket admits: its algorithm and parameters.
 	Limit Limit
 	// Hits is the number of requests to add: 0 checks without charging,
 	// a negative number gives requests back.
@@ -28,24 +28,32 @@ type Bucket struct {
 // result shows its bucket dripped to now, which a store may save or drop, as
 // both lead to the same future decisions.
 //
-// states, buckets and results must have the same length. DecideAll is pure
-// and allocates nothing.
+// The buckets may have any mix of algorithms. states, buckets and results
+// must have the same length. DecideAll is pure and allocates nothing, but
+// for the counts of a sliding window charged for the first time; a charged
+// sliding window's Counts in results share memory with its Counts in states,
+// which are changed.
 func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result) bool {
 	us := now.UnixMicro()
 	admitted := true
 	for i := range buckets {
-		results[i] = decide(states[i], buckets[i].Limit.clamped(), us, buckets[i].Hits)
+		results[i] = decideOne(states[i], buckets[i].Limit, us, buckets[i].Hits)
 		if !results[i].Admitted && !buckets[i].Shadow {
 			admitted = false
 		}
 	}
 	if admitted {
+		for i, b := range buckets {
+			if results[i].Admitted && b.Hits != 0 {
+				charge(&results[i], b.Limit, us, b.Hits)
+			}
+		}
 		return true
 	}
 	for i := range buckets {
 		if results[i].Admitted && buckets[i].Hits != 0 {
 			// Show the bucket as it stays: uncharged.
-			results[i] = decide(states[i], buckets[i].Limit.clamped(), us, 0)
+			results[i] = decideOne(states[i], buckets[i].Limit, us, 0)
 		}
 	}
 	return false

@@ -2,17 +2,24 @@ package leaky
 
 import (
 	"math/bits"
+	"slices"
 	"time"
 )
 
 // State is what a store keeps for one bucket. The zero State is an empty
-// bucket.
+// bucket, whatever its algorithm.
 type State struct {
-	// Counter is the number of requests in the bucket.
+	// Counter is the number of requests in a leaky bucket, or in a fixed
+	// window; for a sliding window, the count in its window when the state
+	// was made.
 	Counter int64
-	// Timestamp is the Unix time in microseconds of the bucket's last drip,
-	// or of its first request after it was empty.
+	// Timestamp is the Unix time in microseconds of a leaky bucket's last
+	// drip, or of its first request after it was empty; of the start of a
+	// fixed window; of the start of a sliding window's newest sub-window.
 	Timestamp int64
+	// Counts are a sliding window's counts: Counts[k] is the sub-window k
+	// back from the newest. Nil for the other algorithms.
+	Counts []int64
 }
 
 // Result is the outcome of one decision for one bucket.
@@ -38,16 +45,27 @@ type Result struct {
 	TTL time.Duration
 }
 
-// Decide drips the bucket in state s to now and decides whether hits more
-// requests fit in it: counter + hits <= Size. When they fit, they are charged.
-// Hits of 0 check without charging; negative hits give requests back (the
-// counter does not go below 0). Time going backwards drips nothing.
+// Decide decides whether hits more requests fit in one bucket, by its
+// limit's algorithm, and charges them when they do: the decision of a
+// request with this one bucket.
 //
-// Decide is pure and allocates nothing: the same arguments always give the
-// same Result. Limit fields out of range are read as their nearest valid
+// For a leaky bucket it drips the bucket in state s to now and admits when
+// counter + hits <= Size. Hits of 0 check without charging; negative hits
+// give requests back (the counter does not go below 0). Time going
+// backwards drips nothing. Windows follow package window.
+//
+// Decide is pure: the same arguments always give the same Result. It
+// allocates nothing for a leaky bucket or a fixed window (a sliding window
+// charged with s.Counts nil gets new counts; otherwise s.Counts is charged
+// in place). Limit fields out of range are read as their nearest valid
 // value (see Limit.Validate).
 func Decide(s State, l Limit, now time.Time, hits int64) Result {
-	return decide(s, l.clamped(), now.UnixMicro(), hits)
+	us := now.UnixMicro()
+	r := decideOne(s, l, us, hits)
+	if r.Admitted && hits != 0 {
+		charge(&r, l, us, hits)
+	}
+	return r
 }
 
 // decide is Decide on a clamped limit, with now in Unix microseconds. Every
@@ -156,4 +174,16 @@ func mulSat(a, b int64) int64 {
 // addSat returns a+b for a, b in [0, maxValue], or maxValue if that is more.
 func addSat(a, b int64) int64 {
 	return min(a+b, maxValue)
+}
+
+// Equal reports whether s and o are the same state (nil and empty counts
+// alike).
+func (s State) Equal(o State) bool {
+	return s.Counter == o.Counter && s.Timestamp == o.Timestamp && slices.Equal(s.Counts, o.Counts)
+}
+
+// Equal reports whether r and o are the same result.
+func (r Result) Equal(o Result) bool {
+	return r.Admitted == o.Admitted && r.Remaining == o.Remaining && r.Clear == o.Clear &&
+		r.Reset == o.Reset && r.TTL == o.TTL && r.State.Equal(o.State)
 }

@@ -6,29 +6,51 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // MaxSize is the largest bucket size a Limit may have. It keeps every product
 // of the algorithm far from int64 overflow and exact in a double (2^53).
 const MaxSize = 1 << 40
 
-// Limit is a leaky bucket: it holds at most Size requests and leaks DripSize
-// of them every DripRate.
+// Limit is what a bucket admits, by one Algorithm. A leaky bucket (the
+// zero Algorithm) holds at most Size requests and leaks DripSize of them
+// every DripRate; a window admits at most Size hits in a Window.
 //
 // The zero Limit admits nothing. Decide treats a field out of range as its
 // nearest valid value; Validate reports such fields.
 type Limit struct {
-	// Size is the bucket capacity in requests; 0 rejects every request.
+	// Size is the most requests the limit admits at once: the bucket's
+	// capacity, or a window's limit; 0 rejects every request.
 	Size int64
-	// DripRate is the time between two drips: at least one microsecond and a
-	// whole number of microseconds.
+	// DripRate is the time between two drips of a leaky bucket: at least
+	// one microsecond and a whole number of microseconds.
 	DripRate time.Duration
-	// DripSize is how many requests leak out at each drip; at least 1.
+	// DripSize is how many requests leak out of a leaky bucket at each drip;
+	// at least 1.
 	DripSize int64
+
+	// Algorithm is how the limit counts; the zero value is LeakyBucket.
+	Algorithm Algorithm
+	// Window is a window's length: a whole number of microseconds.
+	Window time.Duration
+	// Resolution is a sliding window's sub-window: it divides Window into
+	// at most window.MaxSubWindows; 0 means Window/10.
+	Resolution time.Duration
 }
 
 // Validate reports the first field of l that is out of range.
 func (l Limit) Validate() error {
+	switch l.Algorithm {
+	case SlidingWindow:
+		return window.Sliding{Limit: l.Size, Window: l.Window, Resolution: l.Resolution}.Validate()
+	case FixedWindow:
+		return window.Fixed{Limit: l.Size, Window: l.Window}.Validate()
+	case LeakyBucket:
+	default:
+		return fmt.Errorf("unknown algorithm %d", l.Algorithm)
+	}
 	switch {
 	case l.Size < 0:
 		return fmt.Errorf("size must be >= 0, got %d", l.Size)
@@ -61,8 +83,17 @@ func CheckDripRate(d time.Duration) error {
 	return nil
 }
 
-// String formats l as "size/drip_size per drip_rate", e.g. "60 (1 per 1s)".
+// String formats l as "size/drip_size per drip_rate", e.g. "60 (1 per 1s)",
+// for a leaky bucket, and as "100 per 1m0s sliding (5s)" or "100 per 1m0s
+// fixed" for a window.
 func (l Limit) String() string {
+	switch l.Algorithm {
+	case SlidingWindow:
+		w := l.Sliding()
+		return fmt.Sprintf("%d per %s sliding (%s)", l.Size, w.Window, w.Resolution)
+	case FixedWindow:
+		return fmt.Sprintf("%d per %s fixed", l.Size, l.Window)
+	}
 	return fmt.Sprintf("%d (%d per %s)", l.Size, l.DripSize, l.DripRate)
 }
 
@@ -201,7 +232,14 @@ func (r Rate) String() string {
 // unit (within 0.1%), it is Size per that unit, the exact inverse of
 // Rate.Limit. Otherwise it is the rate at which the bucket leaks, in the
 // shortest unit where that is a whole number (within 1%) of at least one.
+//
+// A window's rate is Size per Window, in the longest unit of which the
+// window is a whole number (100 per 10m is 100 per 10 minutes), or per
+// second, scaled, for a window of no whole seconds.
 func (l Limit) Rate() Rate {
+	if l.Algorithm == SlidingWindow || l.Algorithm == FixedWindow {
+		return windowRate(l)
+	}
 	l = l.clamped()
 	rate := l.DripRate.Microseconds()
 	if l.Size == 0 {
@@ -224,6 +262,24 @@ func (l Limit) Rate() Rate {
 		}
 	}
 	return Rate{RequestsPerUnit: 1, Unit: Year} // leaks less than once a year
+}
+
+// windowRate is Rate for a window.
+func windowRate(l Limit) Rate {
+	n := uint32(min(max(l.Size, 0), math.MaxUint32))
+	w := clampWindow(l.Window)
+	for i := len(Units) - 1; i >= 0; i-- {
+		u := Units[i]
+		if d := u.Duration(); w%d == 0 && int64(w/d) <= math.MaxUint32 {
+			r := Rate{RequestsPerUnit: n, Unit: u}
+			if m := uint32(w / d); m > 1 {
+				r.Multiplier = m
+			}
+			return r
+		}
+	}
+	perSecond := math.Round(float64(l.Size) * float64(time.Second) / float64(w))
+	return Rate{RequestsPerUnit: uint32(min(perSecond, math.MaxUint32)), Unit: Second}
 }
 
 // clamped returns l with every field moved into its valid range, which is

@@ -15,8 +15,8 @@ import "time"
 type Result struct {
 	// Admitted reports whether the hits fit.
 	Admitted bool
-	// Remaining is Limit less the count after the decision (with the hits
-	// if admitted), at least 0.
+	// Remaining is Limit less the count after the decision, with the hits;
+	// 0 when they were not admitted, as for a leaky bucket.
 	Remaining int64
 	// Clear is the time until the window counts nothing: until the newest
 	// sub-window holding hits has left it.

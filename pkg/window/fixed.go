@@ -51,7 +51,9 @@ func (l Fixed) Decide(s FixedState, now time.Time, hits int64) Result {
 	if r.Admitted {
 		after = max(count+hits, 0)
 	}
-	r.Remaining = max(l.Limit-after, 0)
+	if r.Admitted {
+		r.Remaining = max(l.Limit-after, 0)
+	}
 	end := time.Duration((cur+1)*win-us) * time.Microsecond
 	if after > 0 {
 		r.Clear = end

@@ -103,7 +103,9 @@ func (l Sliding) Decide(s SlidingState, now time.Time, hits int64) Result {
 	if r.Admitted {
 		after = max(count+hits, 0)
 	}
-	r.Remaining = max(l.Limit-after, 0)
+	if r.Admitted {
+		r.Remaining = max(l.Limit-after, 0)
+	}
 	// A sub-window k back from cur leaves the window when cur+n-k begins.
 	leaves := func(k int64) time.Duration { return time.Duration((cur+n-k)*res-us) * time.Microsecond }
 	if r.Admitted && hits > 0 {

@@ -49,12 +49,12 @@ func TestSlidingSteps(t *testing.T) {
 	steps := []step{
 		{0, 1, true, 4, 10 * sec, 0, 10 * sec},
 		{0, 3, true, 1, 10 * sec, 0, 10 * sec},
-		{0, 2, false, 1, 10 * sec, 10 * sec, 10 * sec},                                             // 4 + 2 > 5: the oldest (t0's) leave at t0+10s
+		{0, 2, false, 0, 10 * sec, 10 * sec, 10 * sec},                                             // 4 + 2 > 5: the oldest (t0's) leave at t0+10s
 		{2500 * time.Millisecond, 1, true, 0, 9500 * time.Millisecond, 0, 9500 * time.Millisecond}, // in t0+2s's sub-window, which leaves at t0+12s
 		{9500 * time.Millisecond, 1, false, 0, 2500 * time.Millisecond, 500 * time.Millisecond, 2500 * time.Millisecond},
 		{9500 * time.Millisecond, 0, true, 0, 2500 * time.Millisecond, 0, 2500 * time.Millisecond}, // a peek at a full window
 		{10 * sec, 1, true, 3, 10 * sec, 0, 10 * sec},                                              // t0's 4 have left
-		{10 * sec, 9, false, 3, 10 * sec, 10 * sec, 10 * sec},                                      // over the limit: never fits, a window
+		{10 * sec, 9, false, 0, 10 * sec, 10 * sec, 10 * sec},                                      // over the limit: never fits, a window
 		{10 * sec, -1, true, 4, 10 * sec, 0, 10 * sec},                                             // a refund, from the newest
 		{5 * sec, 1, true, 3, 15 * sec, 0, 15 * sec},                                               // the clock stepped back: counted as t0+10s
 		{100 * sec, 0, true, 5, 0, 0, 0},                                                           // long idle: empty
@@ -192,7 +192,9 @@ func TestSlidingMatchesModel(t *testing.T) {
 				after += hits
 				m.hits[cur] += hits
 			}
-			want.Remaining = max(l.Limit-after, 0)
+			if want.Admitted {
+				want.Remaining = max(l.Limit-after, 0)
+			}
 			n := int64(l.SubWindows())
 			for j := int64(1); j <= n && after > 0; j++ { // the first boundary with nothing left
 				if m.count(cur+j) == 0 {

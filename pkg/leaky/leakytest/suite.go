@@ -30,12 +30,15 @@ type NewStore func(t *testing.T) Store
 
 // Run runs the whole suite against the stores newStore makes.
 func Run(t *testing.T, newStore NewStore) {
-	t.Run("StepTables", func(t *testing.T) { runTables(t, newStore) })
+	t.Run("StepTables", func(t *testing.T) { runTables(t, newStore, tables()) })
 	t.Run("KeysAreIsolated", func(t *testing.T) { testIsolation(t, newStore(t)) })
 	t.Run("LimitChangeKeepsCounter", func(t *testing.T) { testLimitChange(t, newStore(t)) })
 	t.Run("CanceledContextChangesNothing", func(t *testing.T) { testCanceled(t, newStore(t)) })
 	t.Run("ConcurrentOneBucket", func(t *testing.T) { testConcurrentOneBucket(t, newStore(t)) })
 	t.Run("ConcurrentHierarchy", func(t *testing.T) { testConcurrentHierarchy(t, newStore(t)) })
+	t.Run("WindowTables", func(t *testing.T) { runTables(t, newStore, windowTables()) })
+	t.Run("ConcurrentWindows", func(t *testing.T) { testConcurrentWindows(t, newStore) })
+	t.Run("ConcurrentMixedHierarchy", func(t *testing.T) { testConcurrentMixed(t, newStore(t)) })
 }
 
 // T0 is the instant the suite's tables start from.
@@ -90,6 +93,17 @@ func apply(t *testing.T, s Store, now time.Time, buckets []leaky.Bucket) []outco
 // agree with the reported figures.
 func checkResult(t *testing.T, b leaky.Bucket, r leaky.Result) {
 	t.Helper()
+	if b.Limit.Algorithm != leaky.LeakyBucket {
+		switch {
+		case r.TTL != r.Clear:
+			t.Fatalf("window %q: TTL %s, want clear %s", b.Key, r.TTL, r.Clear)
+		case r.Admitted && (r.Remaining < 0 || r.Remaining > b.Limit.Size):
+			t.Fatalf("window %q: remaining %d of %d", b.Key, r.Remaining, b.Limit.Size)
+		case !r.Admitted && (r.Remaining != 0 || r.Reset <= 0):
+			t.Fatalf("window %q: rejected with remaining %d and reset %s", b.Key, r.Remaining, r.Reset)
+		}
+		return
+	}
 	switch {
 	case r.State.Counter == 0 && (r.TTL != 0 || r.Clear != 0):
 		t.Fatalf("bucket %q: empty, but TTL %s and clear %s", b.Key, r.TTL, r.Clear)
@@ -102,8 +116,8 @@ func checkResult(t *testing.T, b leaky.Bucket, r leaky.Result) {
 	}
 }
 
-func runTables(t *testing.T, newStore NewStore) {
-	for _, tc := range tables() {
+func runTables(t *testing.T, newStore NewStore, tables []table) {
+	for _, tc := range tables {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStore(t)
 			for i, c := range tc.calls {

@@ -93,14 +93,31 @@ type Store struct {
 }
 
 type shard struct {
-	mu    sync.Mutex
-	m     map[string]entry
-	bytes int64         // keys and overhead held
-	_     [64 - 24]byte // with the fields above, a 64-byte cache line: no two shards' mutexes share one
+	mu sync.Mutex
+	m  map[string]entry
+	// counts holds the sliding windows' counts, apart from m so that the
+	// other buckets' entries stay small; nil until a window is kept.
+	counts map[string][]int64
+	bytes  int64         // keys, counts and overhead held
+	_      [64 - 32]byte // with the fields above, a 64-byte cache line: no two shards' mutexes share one
 }
 
 // cost is what a bucket with key counts against MaxBytes.
 func cost(key string) int64 { return int64(len(key)) + BucketOverhead }
+
+// WindowOverhead is what a sliding window counts, in bytes, beside its
+// key, BucketOverhead and 8 bytes per sub-window: its slot in a shard's
+// map of counts and the counts' slice header and allocation rounding.
+// TestWindowBytes holds it against the measured heap.
+const WindowOverhead = 96
+
+// countsCost is what a sliding window's counts count against MaxBytes.
+func countsCost(counts []int64) int64 {
+	if counts == nil {
+		return 0
+	}
+	return WindowOverhead + 8*int64(cap(counts))
+}
 
 // delete removes a bucket, if there, and its bytes.
 func (sh *shard) delete(key string) {
@@ -113,11 +130,16 @@ func (sh *shard) delete(key string) {
 func (sh *shard) remove(key string) {
 	delete(sh.m, key)
 	sh.bytes -= cost(key)
+	if c, ok := sh.counts[key]; ok {
+		delete(sh.counts, key)
+		sh.bytes -= countsCost(c)
+	}
 }
 
+// entry is a bucket's state but for a sliding window's counts.
 type entry struct {
-	state   leaky.State
-	expires int64 // Unix microseconds
+	counter, timestamp int64
+	expires            int64 // Unix microseconds
 }
 
 // New returns an empty store and starts its sweeper. Close stops it.
@@ -215,8 +237,12 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	us := now.UnixMicro()
 	for i, b := range buckets {
 		var st leaky.State
-		if e, ok := s.shards[ids[i]].m[b.Key]; ok && e.expires > us {
-			st = e.state
+		sh := &s.shards[ids[i]]
+		if e, ok := sh.m[b.Key]; ok && e.expires > us {
+			st = leaky.State{Counter: e.counter, Timestamp: e.timestamp}
+			if b.Limit.Algorithm == leaky.SlidingWindow {
+				st.Counts = sh.counts[b.Key]
+			}
 		}
 		states = append(states, st)
 	}
@@ -229,6 +255,24 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	return nil
 }
 
+// saveCounts keeps a kept sliding window's counts (nil for other buckets),
+// and their bytes.
+func (sh *shard) saveCounts(key string, counts []int64) {
+	old, had := sh.counts[key]
+	switch {
+	case counts == nil && !had:
+		return
+	case counts == nil:
+		delete(sh.counts, key)
+	default:
+		if sh.counts == nil {
+			sh.counts = make(map[string][]int64)
+		}
+		sh.counts[key] = counts
+	}
+	sh.bytes += countsCost(counts) - countsCost(old)
+}
+
 // save stores one decided bucket in its locked shard. request names the
 // buckets of the request being saved, which eviction must not pick.
 func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request []leaky.Bucket) {
@@ -236,12 +280,13 @@ func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request [
 		sh.delete(key) // empty: nothing to remember
 		return
 	}
-	e := entry{state: r.State, expires: now + r.TTL.Microseconds()}
+	e := entry{counter: r.State.Counter, timestamp: r.State.Timestamp, expires: now + r.TTL.Microseconds()}
 	if _, ok := sh.m[key]; ok {
 		sh.m[key] = e
+		sh.saveCounts(key, r.State.Counts)
 		return
 	}
-	c := cost(key)
+	c := cost(key) + countsCost(r.State.Counts)
 	if c > s.perShardBytes {
 		// Larger than the shard's whole share of MaxBytes: the request was
 		// decided, but the bucket is not kept, as if evicted at once, rather
@@ -258,8 +303,10 @@ func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request [
 		}
 	}
 	// The key may share memory with a longer one; keep only its own bytes.
-	sh.m[strings.Clone(key)] = e
-	sh.bytes += c
+	key = strings.Clone(key)
+	sh.m[key] = e
+	sh.bytes += cost(key)
+	sh.saveCounts(key, r.State.Counts)
 }
 
 // evict removes, of a few sampled buckets not in the current request, the

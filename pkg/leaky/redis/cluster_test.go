@@ -78,7 +78,7 @@ func TestClusterMatchesMemory(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i := range buckets {
-					if got[i] != want[i] {
+					if !got[i].Equal(want[i]) {
 						t.Fatalf("round %d, bucket %s (hits %d) of %v:\nCluster %+v\nmemory  %+v", round, buckets[i].Key, buckets[i].Hits, describe(buckets), got[i], want[i])
 					}
 				}

@@ -57,7 +57,7 @@ func TestScriptMatchesDecide(t *testing.T) {
 				buckets[i].Limit, buckets[i].Hits, states[i] = edge, 0, edgeState
 			}
 			key := redisKey(s.keyPrefix, buckets[i].Key)
-			if states[i] != (leaky.State{}) {
+			if !states[i].Equal(leaky.State{}) {
 				stored := encodeState(states[i])
 				if err := c.Set(ctx, key, stored, time.Hour).Err(); err != nil {
 					t.Fatal(err)
@@ -73,7 +73,7 @@ func TestScriptMatchesDecide(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i := range buckets {
-			if got[i] != want[i] {
+			if !got[i].Equal(want[i]) {
 				t.Fatalf("round %d bucket %d: limit %+v, state %+v, hits %d, now %d:\nscript %+v\nGo     %+v",
 					round, i, buckets[i].Limit, states[i], buckets[i].Hits, now.UnixMicro(), got[i], want[i])
 			}
@@ -106,7 +106,7 @@ func checkStored(t *testing.T, c *goredis.Client, key string, before leaky.State
 			want = leaky.State{}
 		}
 	}
-	if stored != want {
+	if !stored.Equal(want) {
 		if err == goredis.Nil && admitted && r.TTL < time.Second {
 			return // a bucket of a few milliseconds may have expired already
 		}

@@ -52,15 +52,16 @@ func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string,
 		a.int(0)
 	}
 	for _, b := range buckets {
-		shadow := int64(0)
+		kind := 2 * int64(b.Limit.Algorithm)
 		if b.Shadow {
-			shadow = 1
+			kind++
 		}
-		a.int(b.Limit.Size)
-		a.int(b.Limit.DripRate.Microseconds())
-		a.int(b.Limit.DripSize)
+		a.int(kind)
+		p := params(b.Limit)
+		a.int(p[0])
+		a.int(p[1])
+		a.int(p[2])
 		a.int(b.Hits)
-		a.int(shadow)
 	}
 	vals, err := runScript(ctx, c, &decideScript, keys, a.strings())
 	if err != nil {
@@ -86,15 +87,42 @@ func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string,
 	return vals[len(vals)-1], nil
 }
 
+// params returns the three parameters decide.lua takes for a limit: size,
+// drip rate and drip size of a leaky bucket; limit, resolution and
+// sub-windows of a sliding window; limit, window and 0 of a fixed one.
+// Times are in microseconds; windows are moved into their valid range, as
+// leaky.DecideAll reads them.
+func params(l leaky.Limit) [3]int64 {
+	switch l.Algorithm {
+	case leaky.SlidingWindow:
+		w := l.Sliding()
+		return [3]int64{w.Limit, w.Resolution.Microseconds(), int64(w.SubWindows())}
+	case leaky.FixedWindow:
+		w := l.Fixed()
+		return [3]int64{w.Limit, w.Window.Microseconds(), 0}
+	}
+	return [3]int64{l.Size, l.DripRate.Microseconds(), l.DripSize}
+}
+
 func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
-	a := newScriptArgs(1 + 5*len(changes))
+	a := newScriptArgs(1 + 6*len(changes))
 	a.now(now)
 	for _, ch := range changes {
-		a.int(ch.after.Counter)
-		a.int(ch.after.Timestamp)
-		a.int(ch.before.Counter)
-		a.int(ch.before.Timestamp)
-		a.int(ceilMillis(ch.beforeTTL))
+		a.int(int64(ch.limit.Algorithm))
+		if ch.limit.Algorithm == leaky.LeakyBucket {
+			a.int(ch.after.Counter)
+			a.int(ch.after.Timestamp)
+			a.int(ch.before.Counter)
+			a.int(ch.before.Timestamp)
+			a.int(ceilMillis(ch.beforeTTL))
+			continue
+		}
+		p := params(ch.limit)
+		a.int(ch.hits)
+		a.int(ch.at)
+		a.int(p[1])
+		a.int(max(p[2], 1))
+		a.int(0)
 	}
 	vals, err := runScript(ctx, c, &undoScript, keys, a.strings())
 	if err != nil {

@@ -102,7 +102,14 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 			continue
 		}
 		for j, i := range u.index {
-			r := leaky.Decide(u.states[j], buckets[i].Limit, time.UnixMicro(u.now), 0)
+			b := buckets[i]
+			if b.Limit.Algorithm == leaky.SlidingWindow {
+				// The undo returns no counts: the charged result, less the
+				// charge.
+				results[i].Remaining = min(results[i].Remaining+u.changes[j].hits, b.Limit.Size)
+				continue
+			}
+			r := leaky.Decide(u.states[j], b.Limit, time.UnixMicro(u.now), 0)
 			r.Admitted = true // the bucket had room; the request was refused elsewhere
 			results[i] = r
 		}
@@ -127,16 +134,23 @@ type undo struct {
 func undoOf(p *part) *undo {
 	u := &undo{}
 	for j, r := range p.results {
-		if r.State == p.before[j] {
+		b := p.buckets[j]
+		ch := change{limit: b.Limit}
+		switch {
+		case b.Limit.Algorithm != leaky.LeakyBucket:
+			if !r.Admitted || b.Hits == 0 {
+				continue // not charged (a shadow window without room), or a peek
+			}
+			ch.hits, ch.at = b.Hits, p.now
+		case r.State.Counter == p.before[j].Counter && r.State.Timestamp == p.before[j].Timestamp:
 			continue // not charged (a shadow bucket without room), or a peek
+		default:
+			ch.before, ch.after = p.before[j], r.State
+			ch.beforeTTL = leaky.Decide(p.before[j], b.Limit, time.UnixMicro(p.now), 0).TTL
 		}
 		u.index = append(u.index, p.index[j])
 		u.keys = append(u.keys, p.keys[j])
-		u.changes = append(u.changes, change{
-			before:    p.before[j],
-			after:     r.State,
-			beforeTTL: leaky.Decide(p.before[j], p.buckets[j].Limit, time.UnixMicro(p.now), 0).TTL,
-		})
+		u.changes = append(u.changes, ch)
 	}
 	if len(u.keys) == 0 {
 		return nil

@@ -52,3 +52,53 @@ func decodeState(v string) (s leaky.State, ok bool) {
 	ts := (int64(hi&127)-topBias)<<lowBits + int64(lo)
 	return leaky.State{Counter: int64(hi >> 7), Timestamp: ts}, true
 }
+
+// A sliding window is stored as the start of its newest sub-window (Unix
+// microseconds, 7 bytes big-endian) and its counts, newest first, 6 bytes
+// each; the oldest counts that are 0 are left out, so a window costs bytes
+// for the sub-windows it counts, at most 7 + 6 per sub-window. decide.lua
+// reads and writes it with '>I7' and 'I6' per count.
+const (
+	windowStartLen = 7
+	windowCountLen = 6
+)
+
+// encodeWindow returns the stored form of a sliding window's state, or ""
+// when it counts nothing (and is not stored).
+func encodeWindow(s leaky.State) string {
+	m := len(s.Counts)
+	for m > 0 && s.Counts[m-1] <= 0 {
+		m--
+	}
+	if m == 0 {
+		return ""
+	}
+	b := make([]byte, 8, windowStartLen+windowCountLen*m+2)
+	binary.BigEndian.PutUint64(b, uint64(min(max(s.Timestamp, 0), maxTimestamp)))
+	b = b[1:]
+	var c [8]byte
+	for _, n := range s.Counts[:m] {
+		binary.BigEndian.PutUint64(c[:], uint64(min(max(n, 0), maxStoredCounter)))
+		b = append(b, c[2:]...)
+	}
+	return string(b)
+}
+
+// decodeWindow reads a stored sliding window; ok is false if v is not one.
+func decodeWindow(v string) (s leaky.State, ok bool) {
+	if len(v) < windowStartLen || (len(v)-windowStartLen)%windowCountLen != 0 {
+		return leaky.State{}, false
+	}
+	var b [8]byte
+	copy(b[1:], v[:windowStartLen])
+	s.Timestamp = int64(binary.BigEndian.Uint64(b[:]))
+	rest := v[windowStartLen:]
+	s.Counts = make([]int64, len(rest)/windowCountLen)
+	for i := range s.Counts {
+		var c [8]byte
+		copy(c[2:], rest[i*windowCountLen:])
+		s.Counts[i] = int64(binary.BigEndian.Uint64(c[:]))
+		s.Counter += s.Counts[i]
+	}
+	return s, true
+}

@@ -26,7 +26,7 @@ func TestStateEncoding(t *testing.T) {
 			t.Fatalf("step %d: %d bytes", i, len(v))
 		}
 		got, ok := decodeState(v)
-		if !ok || got != tc.want {
+		if !ok || !got.Equal(tc.want) {
 			t.Errorf("step %d: %+v stored as %x reads %+v (%v), want %+v", i, tc.in, v, got, ok, tc.want)
 		}
 	}

@@ -108,10 +108,13 @@ type executor interface {
 	undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error)
 }
 
-// change is what a decision did to one bucket, for undo.
+// change is what a decision did to one bucket, for undo: a leaky bucket's
+// state before and after, a window's hits and when they were charged.
 type change struct {
+	limit         leaky.Limit
 	before, after leaky.State
 	beforeTTL     time.Duration // how long the state before was to be kept
+	hits, at      int64         // a window's charge, at Unix microseconds
 }
 
 // New returns a store on opts.Client. It does not contact Redis: a Redis that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -31,10 +32,13 @@ type txExec struct{}
 // '{' right after the prefix).
 const txPrefix = "tx:"
 
-// The fields of a bucket's hash.
+// The fields of a bucket's hash: a leaky bucket's or a fixed window's
+// counter and timestamp; a sliding window's state, encoded as the script
+// mode stores it (encodeWindow).
 const (
 	counterField   = "c"
 	timestampField = "t"
+	windowField    = "w"
 )
 
 // maxAttempts bounds the attempts of one transaction under contention.
@@ -87,7 +91,10 @@ func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, bu
 				return nil
 			}
 			for i, r := range results {
-				write(ctx, p, keys[i], states[i], stored[i], r.State, r.TTL)
+				if buckets[i].Limit.Algorithm != leaky.LeakyBucket && (!r.Admitted || buckets[i].Hits == 0) {
+					continue // a window not charged: as it was
+				}
+				write(ctx, p, keys[i], buckets[i].Limit.Algorithm, states[i], stored[i], r.State, r.TTL)
 			}
 			return nil
 		})
@@ -111,10 +118,10 @@ func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, c
 			for i, ch := range changes {
 				out[i] = undone(states[i], stored[i], ch)
 				ttl := ch.beforeTTL
-				if stored[i] && states[i] != ch.after {
-					ttl = -1 // changed by others: keep the bucket's expiry
+				if ch.limit.Algorithm != leaky.LeakyBucket || (stored[i] && !sameState(states[i], ch.after)) {
+					ttl = -1 // a window, or changed by others: keep the expiry
 				}
-				write(ctx, p, keys[i], states[i], stored[i], out[i], ttl)
+				write(ctx, p, keys[i], ch.limit.Algorithm, states[i], stored[i], out[i], ttl)
 			}
 			return nil
 		})
@@ -123,10 +130,36 @@ func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, c
 	return out, at, err
 }
 
-// undone returns a bucket once a change is taken back: as it was before, if
-// nobody has changed it since; else less what the change added.
+func sameState(a, b leaky.State) bool {
+	return a.Counter == b.Counter && a.Timestamp == b.Timestamp
+}
+
+// undone returns a bucket once a change is taken back: a leaky bucket as
+// it was before, if nobody has changed it since, else less what the change
+// added; a window less the hits in the (sub-)window they were charged to,
+// if it still counts them. undo.lua is its twin.
 func undone(cur leaky.State, stored bool, ch change) leaky.State {
-	if (stored && cur == ch.after) || (!stored && ch.after.Counter == 0) {
+	switch ch.limit.Algorithm {
+	case leaky.SlidingWindow:
+		res := ch.limit.Sliding().Resolution.Microseconds()
+		back := floorDiv(cur.Timestamp, res) - floorDiv(ch.at, res)
+		if back < 0 || back >= int64(len(cur.Counts)) {
+			return cur
+		}
+		counts := slices.Clone(cur.Counts)
+		counts[back] -= min(counts[back], ch.hits)
+		return leaky.State{Counter: cur.Counter - (cur.Counts[back] - counts[back]), Timestamp: cur.Timestamp, Counts: counts}
+	case leaky.FixedWindow:
+		win := ch.limit.Fixed().Window.Microseconds()
+		if !stored || floorDiv(cur.Timestamp, win) != floorDiv(ch.at, win) {
+			return cur
+		}
+		if c := cur.Counter - ch.hits; c > 0 {
+			return leaky.State{Counter: c, Timestamp: cur.Timestamp}
+		}
+		return leaky.State{}
+	}
+	if (stored && sameState(cur, ch.after)) || (!stored && ch.after.Counter == 0) {
 		return ch.before
 	}
 	c := cur.Counter - (ch.after.Counter - ch.before.Counter)
@@ -146,7 +179,7 @@ func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) 
 	_, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		timeCmd = p.Time(ctx)
 		for i, k := range keys {
-			reads[i] = p.HMGet(ctx, k, counterField, timestampField)
+			reads[i] = p.HMGet(ctx, k, counterField, timestampField, windowField)
 		}
 		return nil
 	})
@@ -170,7 +203,22 @@ func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) 
 
 // write queues the commands that take a bucket from old to s, to expire
 // after ttl (-1: keep its expiry).
-func write(ctx context.Context, p goredis.Pipeliner, key string, old leaky.State, stored bool, s leaky.State, ttl time.Duration) {
+func write(ctx context.Context, p goredis.Pipeliner, key string, algo leaky.Algorithm, old leaky.State, stored bool, s leaky.State, ttl time.Duration) {
+	if algo == leaky.SlidingWindow {
+		switch v := encodeWindow(s); {
+		case v == "":
+			if stored {
+				p.Del(ctx, key) // counts nothing: nothing to keep
+			}
+			return
+		default:
+			p.HSet(ctx, key, windowField, v)
+		}
+		if ttl >= 0 {
+			p.PExpire(ctx, key, time.Duration(ceilMillis(ttl))*time.Millisecond)
+		}
+		return
+	}
 	switch {
 	case s.Counter <= 0:
 		if stored {
@@ -194,10 +242,14 @@ func write(ctx context.Context, p goredis.Pipeliner, key string, old leaky.State
 }
 
 // readState reads a bucket's hash fields. A bucket that does not exist, or
-// that does not hold two numbers, is empty, as in the script.
+// that does not hold two numbers or a sliding window, is empty, as in the
+// script.
 func readState(vals []any) (leaky.State, bool) {
-	if len(vals) != 2 {
+	if len(vals) != 3 {
 		return leaky.State{}, false
+	}
+	if w, ok := vals[2].(string); ok {
+		return decodeWindow(w)
 	}
 	cs, cok := vals[0].(string)
 	ts, tok := vals[1].(string)
@@ -207,4 +259,13 @@ func readState(vals []any) (leaky.State, bool) {
 		return leaky.State{}, false
 	}
 	return leaky.State{Counter: c, Timestamp: t}, true
+}
+
+// floorDiv is a/b rounded towards minus infinity, for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }

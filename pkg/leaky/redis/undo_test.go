@@ -52,7 +52,7 @@ func TestUndo(t *testing.T) {
 			st, _ := decodeState(v)
 			return st, err == nil
 		}
-		return readState(c.HMGet(ctx, key, counterField, timestampField).Val())
+		return readState(c.HMGet(ctx, key, counterField, timestampField, windowField).Val())
 	}
 	for mode, exec := range undoers {
 		for i, tc := range cases {
@@ -65,7 +65,7 @@ func TestUndo(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, %s: %v", mode, tc.name, err)
 			}
-			if states[0] != tc.want {
+			if !states[0].Equal(tc.want) {
 				t.Errorf("%s, %s: undone to %+v, want %+v", mode, tc.name, states[0], tc.want)
 			}
 			stored, exists := get(mode, key)
@@ -73,7 +73,7 @@ func TestUndo(t *testing.T) {
 			switch {
 			case tc.wantTTL == 0 && exists:
 				t.Errorf("%s, %s: key left as %+v, want it gone", mode, tc.name, stored)
-			case tc.wantTTL != 0 && (stored != tc.want || ttl > tc.wantTTL || ttl < tc.wantTTL-5*time.Second):
+			case tc.wantTTL != 0 && (!stored.Equal(tc.want) || ttl > tc.wantTTL || ttl < tc.wantTTL-5*time.Second):
 				t.Errorf("%s, %s: stored %+v with %v to live, want %+v with %v", mode, tc.name, stored, ttl, tc.want, tc.wantTTL)
 			}
 		}
@@ -87,7 +87,7 @@ func TestUndo(t *testing.T) {
 		c.Del(ctx, key)
 		states, _, err := exec.undo(ctx, &clients{conn: c}, 10_000, []string{key}, []change{refund})
 		stored, _ := get(mode, key)
-		if err != nil || states[0] != before || stored != before {
+		if err != nil || !states[0].Equal(before) || !stored.Equal(before) {
 			t.Errorf("%s, undoing a refund: %+v (%v), stored %+v; want %+v", mode, states, err, stored, before)
 		}
 	}

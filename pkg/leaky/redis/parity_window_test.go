@@ -1,0 +1,159 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// TestScriptMatchesDecideWindows runs random mixes of windows and leaky
+// buckets, states, instants and hits through the Lua script on a real
+// Redis and through leaky.DecideAll, and wants the same figures and the
+// same stored state.
+func TestScriptMatchesDecideWindows(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	s, err := New(Options{Client: c, CallerClock: true, Prefix: "wparity:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 3000 {
+		n := 1 + rng.IntN(4)
+		now := time.UnixMicro(1_760_000_000_000_000 + rng.Int64N(1e12))
+		buckets := make([]leaky.Bucket, n)
+		states := make([]leaky.State, n)
+		for i := range buckets {
+			l := randomWindow(rng)
+			if rng.IntN(4) == 0 {
+				l = randomLimit(rng)
+			}
+			buckets[i] = leaky.Bucket{Key: fmt.Sprintf("w|r=%d|b=%d", round, i), Limit: l, Hits: randomHits(rng, l), Shadow: rng.IntN(5) == 0}
+			key := redisKey(s.keyPrefix, buckets[i].Key)
+			var stored string
+			switch l.Algorithm {
+			case leaky.SlidingWindow:
+				states[i] = randomSlidingState(rng, l, now)
+				stored = encodeWindow(states[i])
+			case leaky.FixedWindow:
+				win := l.Window.Microseconds()
+				states[i] = leaky.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win}
+				stored = encodeState(states[i])
+			default:
+				states[i] = randomState(rng, l, now)
+				stored = encodeState(states[i])
+			}
+			if rng.IntN(6) == 0 || stored == "" {
+				states[i], stored = leaky.State{}, "" // no key
+			}
+			if stored != "" {
+				if err := c.Set(ctx, key, stored, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+				states[i] = decodeAs(l, stored) // as Redis holds it
+			}
+		}
+		want := make([]leaky.Result, n)
+		goStates := make([]leaky.State, n)
+		for i, st := range states {
+			goStates[i] = leaky.State{Counter: st.Counter, Timestamp: st.Timestamp, Counts: slices.Clone(st.Counts)}
+		}
+		admitted := leaky.DecideAll(goStates, buckets, now, want)
+		got := make([]leaky.Result, n)
+		if err := s.Apply(ctx, now, buckets, got); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, b := range buckets {
+			g, w := got[i], want[i]
+			if b.Limit.Algorithm != leaky.LeakyBucket {
+				g.State, w.State = leaky.State{}, leaky.State{} // the script reports a window's count, not its state
+			}
+			if !g.Equal(w) {
+				t.Fatalf("round %d bucket %d: limit %v, state %+v, hits %d, now %d:\nscript %+v\nGo     %+v",
+					round, i, b.Limit, states[i], b.Hits, now.UnixMicro(), got[i], want[i])
+			}
+			key := redisKey(s.keyPrefix, b.Key)
+			v, err := c.Get(ctx, key).Result()
+			if err != nil && err != goredis.Nil {
+				t.Fatal(err)
+			}
+			wantStored := states[i]
+			if admitted && (b.Limit.Algorithm == leaky.LeakyBucket || (want[i].Admitted && b.Hits != 0)) {
+				wantStored = want[i].State
+				if want[i].TTL == 0 {
+					wantStored = leaky.State{}
+				}
+			}
+			if gotStored := decodeAs(b.Limit, v); !sameStored(gotStored, wantStored) {
+				t.Fatalf("round %d bucket %d (%v, hits %d, admitted %v): stored %+v, want %+v", round, i, b.Limit, b.Hits, admitted, gotStored, wantStored)
+			}
+		}
+	}
+}
+
+// decodeAs reads a stored state of limit l's algorithm; "" is empty.
+func decodeAs(l leaky.Limit, v string) leaky.State {
+	if l.Algorithm == leaky.SlidingWindow {
+		st, _ := decodeWindow(v)
+		return st
+	}
+	st, _ := decodeState(v)
+	return st
+}
+
+// sameStored compares states as Redis keeps them: a window's counts
+// without the empty oldest ones, and nothing for a window counting nothing.
+func sameStored(a, b leaky.State) bool {
+	trim := func(s leaky.State) leaky.State {
+		m := len(s.Counts)
+		for m > 0 && s.Counts[m-1] == 0 {
+			m--
+		}
+		if s.Counts != nil && m == 0 {
+			return leaky.State{}
+		}
+		s.Counts = s.Counts[:m]
+		if s.Counts != nil {
+			s.Counter = 0 // informational: the count when made
+			for _, c := range s.Counts {
+				s.Counter += c
+			}
+		}
+		return s
+	}
+	return trim(a).Equal(trim(b))
+}
+
+func randomWindow(rng *rand.Rand) leaky.Limit {
+	limit := pick(rng, 0, 1, 2, 5, 10, 100, 1+rng.Int64N(1e6))
+	res := time.Duration(pick(rng, int64(1), 7, 1000, 1e6, 6e7, 1+rng.Int64N(1e9))) * time.Microsecond
+	subs := pick(rng, 1, 2, 3, 10, 60, 1000, 1+rng.IntN(100))
+	if rng.IntN(2) == 0 {
+		return leaky.Limit{Algorithm: leaky.FixedWindow, Size: limit, Window: res * time.Duration(subs)}
+	}
+	return leaky.Limit{Algorithm: leaky.SlidingWindow, Size: limit, Window: res * time.Duration(subs), Resolution: res}
+}
+
+func randomSlidingState(rng *rand.Rand, l leaky.Limit, now time.Time) leaky.State {
+	w := l.Sliding()
+	res := w.Resolution.Microseconds()
+	subs := w.SubWindows()
+	newest := now.UnixMicro()/res - rng.Int64N(int64(subs)+2) + pick(rng, int64(0), 0, 0, 1) // sometimes ahead: a clock stepped back
+	counts := make([]int64, rng.IntN(subs+1))
+	for k := range counts {
+		if rng.IntN(3) > 0 {
+			counts[k] = rng.Int64N(l.Size/2 + 2)
+		}
+	}
+	return leaky.State{Timestamp: newest * res, Counts: counts}
+}
