@@ -14,22 +14,22 @@ func TestRateLimit(t *testing.T) {
 		rate Rate
 		want Limit
 	}{
-		{Rate{100, Minute, 0}, lb(100, 600 * ms, 1)},
-		{Rate{3, Second, 0}, lb(3, 333333 * us, 1)},
-		{Rate{10, Second, 0}, lb(10, 100 * ms, 1)},
-		{Rate{1000, Second, 0}, lb(1000, 1 * ms, 1)},
-		{Rate{1001, Second, 0}, lb(1001, 1998 * us, 2)},
-		{Rate{1000000, Second, 0}, lb(1000000, 1 * ms, 1000)},
-		{Rate{4294967295, Second, 0}, lb(4294967295, 1 * ms, 4294968)},
-		{Rate{5, Hour, 0}, lb(5, 12 * time.Minute, 1)},
-		{Rate{2, Week, 0}, lb(2, 84 * time.Hour, 1)},
-		{Rate{1, Month, 0}, lb(1, 30 * 24 * time.Hour, 1)},
-		{Rate{1, Year, 0}, lb(1, 365 * 24 * time.Hour, 1)},
-		{Rate{10, Second, 30}, lb(10, 3 * time.Second, 1)},
+		{Rate{100, Minute, 0}, lb(100, 600*ms, 1)},
+		{Rate{3, Second, 0}, lb(3, 333333*us, 1)},
+		{Rate{10, Second, 0}, lb(10, 100*ms, 1)},
+		{Rate{1000, Second, 0}, lb(1000, 1*ms, 1)},
+		{Rate{1001, Second, 0}, lb(1001, 1998*us, 2)},
+		{Rate{1000000, Second, 0}, lb(1000000, 1*ms, 1000)},
+		{Rate{4294967295, Second, 0}, lb(4294967295, 1*ms, 4294968)},
+		{Rate{5, Hour, 0}, lb(5, 12*time.Minute, 1)},
+		{Rate{2, Week, 0}, lb(2, 84*time.Hour, 1)},
+		{Rate{1, Month, 0}, lb(1, 30*24*time.Hour, 1)},
+		{Rate{1, Year, 0}, lb(1, 365*24*time.Hour, 1)},
+		{Rate{10, Second, 30}, lb(10, 3*time.Second, 1)},
 		{Rate{0, Second, 0}, lb(0, time.Second, 1)},
-		{Rate{0, Day, 0}, lb(0, 24 * time.Hour, 1)},
+		{Rate{0, Day, 0}, lb(0, 24*time.Hour, 1)},
 		// A multiplier beyond 100 years is capped there.
-		{Rate{1, Year, 4000000000}, lb(1, 100 * 365 * 24 * time.Hour, 1)},
+		{Rate{1, Year, 4000000000}, lb(1, 100*365*24*time.Hour, 1)},
 	}
 	for _, c := range cases {
 		got := c.rate.Limit()
@@ -47,15 +47,15 @@ func TestLimitRate(t *testing.T) {
 		limit Limit
 		want  Rate
 	}{
-		{lb(100, 600 * ms, 1), Rate{100, Minute, 0}},
+		{lb(100, 600*ms, 1), Rate{100, Minute, 0}},
 		{lb(60, time.Second, 1), Rate{60, Minute, 0}},
-		{lb(3, 333333 * us, 1), Rate{3, Second, 0}},
-		{lb(1000000, 1 * ms, 1000), Rate{1000000, Second, 0}},
-		{lb(5, 2 * time.Second, 1), Rate{30, Minute, 0}},
-		{lb(10, 7 * time.Second, 1), Rate{514, Hour, 0}},
+		{lb(3, 333333*us, 1), Rate{3, Second, 0}},
+		{lb(1000000, 1*ms, 1000), Rate{1000000, Second, 0}},
+		{lb(5, 2*time.Second, 1), Rate{30, Minute, 0}},
+		{lb(10, 7*time.Second, 1), Rate{514, Hour, 0}},
 		{lb(24, time.Hour, 1), Rate{24, Day, 0}},
 		{lb(0, time.Second, 1), Rate{0, Second, 0}},
-		{lb(1, 100 * 365 * 24 * time.Hour, 1), Rate{1, Year, 0}},
+		{lb(1, 100*365*24*time.Hour, 1), Rate{1, Year, 0}},
 	}
 	for _, c := range cases {
 		if got := c.limit.Rate(); got != c.want {
@@ -81,12 +81,12 @@ func TestLimitValidate(t *testing.T) {
 		{lb(0, time.Second, 1), ""},
 		{lb(MaxSize, us, MaxSize), ""},
 		{lb(-1, time.Second, 1), "size must be >= 0"},
-		{lb(MaxSize + 1, time.Second, 1), "size must be <="},
+		{lb(MaxSize+1, time.Second, 1), "size must be <="},
 		{lb(1, 0, 1), "drip_rate must be at least 1us"},
-		{lb(1, 1500 * time.Nanosecond, 1), "whole number of microseconds"},
+		{lb(1, 1500*time.Nanosecond, 1), "whole number of microseconds"},
 		{lb(1, time.Second, 0), "drip_size must be >= 1"},
 		{lb(1, MaxDripRate, 1), ""},
-		{lb(1, MaxDripRate + time.Microsecond, 1), "drip_rate must be at most"},
+		{lb(1, MaxDripRate+time.Microsecond, 1), "drip_rate must be at most"},
 	}
 	for _, c := range cases {
 		err := c.limit.Validate()

@@ -40,10 +40,10 @@ func windowTables() []table {
 			one(2500*ms, bucket("sw", sw, 1), outcome{true, 0, 9500 * ms, 0}),
 			one(9500*ms, bucket("sw", sw, 1), outcome{false, 0, 2500 * ms, 500 * ms}),
 			one(9500*ms, bucket("sw", sw, 0), outcome{true, 0, 2500 * ms, 0}), // a peek at a full window
-			one(10*s, bucket("sw", sw, 1), outcome{true, 3, 10 * s, 0}),    // T0's 4 have left
+			one(10*s, bucket("sw", sw, 1), outcome{true, 3, 10 * s, 0}),       // T0's 4 have left
 			one(10*s, bucket("sw", sw, 6), outcome{false, 0, 10 * s, 10 * s}),
 			one(10*s, bucket("sw", sw, -1), outcome{true, 4, 10 * s, 0}), // a refund, from the newest
-			one(100*s, bucket("sw", sw, 0), outcome{true, 5, 0, 0}),       // long idle: empty
+			one(100*s, bucket("sw", sw, 0), outcome{true, 5, 0, 0}),      // long idle: empty
 		}},
 		{"SlidingManySubWindows", []call{
 			one(0, bucket("sw1000", Sliding(3, 1000*s, s), 2), outcome{true, 1, 1000 * s, 0}),
