@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -9,12 +10,31 @@ import (
 
 // checkConfig validates a config file or directory: warnings and errors go
 // to stderr as file:line: field: message, a summary to stdout.
+//
+// It reads -rate-limit-algorithm (or RLS_RATE_LIMIT_ALGORITHM) as serve
+// does, since what a rate_limit means depends on it.
 func (a *app) checkConfig(args []string) int {
-	if len(args) != 1 || args[0] == "" || args[0][0] == '-' {
-		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config PATH")
+	fs := flag.NewFlagSet("envoy-rls check-config", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	algo := algorithmFlag()
+	fs.Var(&algo, "rate-limit-algorithm", algorithmUsage)
+	fs.Usage = func() {
+		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] PATH")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	cfg, warnings, err := descriptors.Load(args[0])
+	if err := applyEnv(fs, a.lookupEnv); err != nil {
+		fmt.Fprintf(a.stderr, "envoy-rls check-config: %v\n", err)
+		return exitUsage
+	}
+	args = fs.Args()
+	if len(args) != 1 || args[0] == "" {
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, warnings, err := descriptors.Options{RateLimitAlgorithm: algo.value}.Load(args[0])
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, "warning: "+w.String())
 	}

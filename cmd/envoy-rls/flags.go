@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -64,6 +66,24 @@ type settings struct {
 	grpcTLSCert       string
 	grpcTLSKey        string
 	grpcTLSClientCA   string
+	rateLimitAlgo     choice[leaky.Algorithm]
+}
+
+// algorithmFlag is the -rate-limit-algorithm flag's value.
+func algorithmFlag() choice[leaky.Algorithm] {
+	opts := make([]option[leaky.Algorithm], len(leaky.Algorithms))
+	for i, a := range leaky.Algorithms {
+		opts[i] = option[leaky.Algorithm]{a.String(), a}
+	}
+	return choice[leaky.Algorithm]{leaky.LeakyBucket, opts}
+}
+
+// algorithmUsage documents -rate-limit-algorithm, for serve and check-config.
+const algorithmUsage = "what each rate_limit becomes in files that do not set rate_limit_algorithm: leaky_bucket, sliding_window or fixed_window (envoyproxy/ratelimit's counting)"
+
+// configOptions are how the config files are read.
+func (s *settings) configOptions() descriptors.Options {
+	return descriptors.Options{RateLimitAlgorithm: s.rateLimitAlgo.value}
 }
 
 // storeKind is the -store flag.
@@ -117,11 +137,13 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 			{"leaky", rls.LeakyHeaders}, {"envoy", rls.EnvoyHeaders}, {"ietf", rls.IETFHeaders}, {"none", rls.NoHeaders}}},
 		logLevel: choice[slog.Level]{slog.LevelInfo, []option[slog.Level]{
 			{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}},
-		logFormat: choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
+		logFormat:     choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
+		rateLimitAlgo: algorithmFlag(),
 	}
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
+	fs.Var(&s.rateLimitAlgo, "rate-limit-algorithm", algorithmUsage)
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, /debug/pprof/ with -pprof); keep it private; empty turns it off")

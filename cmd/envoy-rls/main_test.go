@@ -106,7 +106,7 @@ func TestCommandLineErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config PATH"},
+		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] PATH"},
 		{[]string{"check-config", "a", "b"}, nil, exitUsage, "Usage"},
 		{[]string{"check-config", "does-not-exist"}, nil, exitError, "does-not-exist: no such file or directory"},
 		{[]string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},

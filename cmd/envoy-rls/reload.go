@@ -19,6 +19,7 @@ import (
 // an invalid one is logged and counted, and the one in force stays.
 type reloader struct {
 	path    string
+	opts    descriptors.Options
 	svc     *rls.Service
 	metrics *metrics.Metrics
 	log     *slog.Logger
@@ -55,7 +56,7 @@ func (r *reloader) reload(reason string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer collectSooner()()
-	cfg, warnings, err := descriptors.Load(r.path)
+	cfg, warnings, err := r.opts.Load(r.path)
 	if err != nil {
 		logConfigError(r.log, err)
 		r.log.Error("config reload failed: the previous config stays in force", "reason", reason)

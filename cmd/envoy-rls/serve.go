@@ -33,7 +33,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
 
-	cfg, err := loadConfig(s.config, log)
+	cfg, err := loadConfig(s.config, s.configOptions(), log)
 	if err != nil {
 		return exitError
 	}
@@ -62,7 +62,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitError
 	}
 
-	r := &reloader{path: s.config, svc: svc, metrics: m, log: log}
+	r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: m, log: log}
 	r.watch(ctx, s.watchConfig)
 	watching := rls.WatchStore(ctx, st, hs, log, s.failureMode.value.answersWhileDown())
 	defer func() { <-watching }()
@@ -93,8 +93,8 @@ func (a *app) serve(ctx context.Context, args []string) int {
 }
 
 // loadConfig loads the config at path, logging its warnings and problems.
-func loadConfig(path string, log *slog.Logger) (*descriptors.Config, error) {
-	cfg, warnings, err := descriptors.Load(path)
+func loadConfig(path string, opts descriptors.Options, log *slog.Logger) (*descriptors.Config, error) {
+	cfg, warnings, err := opts.Load(path)
 	for _, w := range warnings {
 		log.Warn("config: " + w.String())
 	}

@@ -1,5 +1,7 @@
 package descriptors
 
+import "github.com/envoy-rls/envoy-rls/pkg/leaky"
+
 // Description is a config as a JSON-friendly tree, for GET /config.
 type Description struct {
 	Files   []string            `json:"files"`
@@ -19,7 +21,8 @@ type DescriptorDescription struct {
 	Key            string                  `json:"key"`
 	Value          string                  `json:"value,omitempty"`
 	Name           string                  `json:"name,omitempty"`
-	Limit          *LimitDescription       `json:"limit,omitempty"`
+	Limit          *LimitDescription       `json:"limit,omitempty"`  // the one limit
+	Limits         []LimitDescription      `json:"limits,omitempty"` // several
 	Unlimited      bool                    `json:"unlimited,omitempty"`
 	ShadowMode     bool                    `json:"shadow_mode,omitempty"`
 	ShareThreshold bool                    `json:"share_threshold,omitempty"`
@@ -28,12 +31,34 @@ type DescriptorDescription struct {
 	Descriptors    []DescriptorDescription `json:"descriptors,omitempty"`
 }
 
-// LimitDescription is a node's bucket, and the rate the responses report.
+// LimitDescription is one limit of a node, and the rate the responses
+// report: a leaky bucket's size, drip rate and drip size, or a window's
+// limit, window and (sliding) resolution.
 type LimitDescription struct {
-	Size     int64  `json:"size"`
-	DripRate string `json:"drip_rate"`
-	DripSize int64  `json:"drip_size"`
-	Reported string `json:"reported_as"` // requests per unit, as in current_limit
+	Algorithm  string `json:"algorithm"`
+	Name       string `json:"name,omitempty"`        // in a limits list
+	ShadowMode bool   `json:"shadow_mode,omitempty"` // in a limits list
+	Size       *int64 `json:"size,omitempty"`
+	DripRate   string `json:"drip_rate,omitempty"`
+	DripSize   int64  `json:"drip_size,omitempty"`
+	Limit      *int64 `json:"limit,omitempty"`
+	Window     string `json:"window,omitempty"`
+	Resolution string `json:"resolution,omitempty"`
+	Reported   string `json:"reported_as"` // requests per unit, as in current_limit
+}
+
+func describeLimit(r *Rule) LimitDescription {
+	l := r.Limit
+	d := LimitDescription{Algorithm: l.Algorithm.String(), Reported: r.Rate.String()}
+	switch l.Algorithm {
+	case leaky.SlidingWindow:
+		d.Limit, d.Window, d.Resolution = &l.Size, l.Window.String(), l.Sliding().Resolution.String()
+	case leaky.FixedWindow:
+		d.Limit, d.Window = &l.Size, l.Window.String()
+	default:
+		d.Size, d.DripRate, d.DripSize = &l.Size, l.DripRate.String(), l.DripSize
+	}
+	return d
 }
 
 // Describe returns the config as a tree, in file order.
@@ -61,9 +86,17 @@ func describeLevel(lv *level) []DescriptorDescription {
 			ValueToMetric:  n.valueToMetric,
 			Descriptors:    describeLevel(n.children),
 		}
-		if r := n.rule; r != nil {
-			d.Name, d.ShadowMode = r.Name, r.Shadow
-			d.Limit = &LimitDescription{Size: r.Limit.Size, DripRate: r.Limit.DripRate.String(), DripSize: r.Limit.DripSize, Reported: r.Rate.String()}
+		switch {
+		case n.list:
+			for _, r := range n.rules {
+				l := describeLimit(r)
+				l.Name, l.ShadowMode = r.Name, r.Shadow
+				d.Limits = append(d.Limits, l)
+			}
+		case len(n.rules) == 1:
+			r := n.rules[0]
+			l := describeLimit(r)
+			d.Name, d.ShadowMode, d.Limit = r.Name, r.Shadow, &l
 		}
 		out = append(out, d)
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
 // Config is a loaded, validated configuration: one Domain per file. It is
@@ -48,7 +50,18 @@ func (c *Config) Files() []string { return c.files }
 // It returns the warnings (fields accepted but without effect, settings that
 // do nothing) in every case, and an *Error listing every problem when the
 // config is invalid.
-func Load(path string) (*Config, []Problem, error) {
+func Load(path string) (*Config, []Problem, error) { return Options{}.Load(path) }
+
+// Options say how config files are read. The zero value reads them as
+// Load does.
+type Options struct {
+	// RateLimitAlgorithm is what each rate_limit block becomes in a file
+	// without rate_limit_algorithm; the zero value is the leaky bucket.
+	RateLimitAlgorithm leaky.Algorithm
+}
+
+// Load is Load with these options.
+func (o Options) Load(path string) (*Config, []Problem, error) {
 	files, err := configFiles(path)
 	if err != nil {
 		return nil, nil, err
@@ -61,7 +74,7 @@ func Load(path string) (*Config, []Problem, error) {
 		}
 		sources[i] = Source{Name: f, Data: data}
 	}
-	return Parse(sources...)
+	return o.Parse(sources...)
 }
 
 // Source is one config file's name and content.
@@ -71,12 +84,15 @@ type Source struct {
 }
 
 // Parse validates and compiles config files already read, as Load does.
-func Parse(sources ...Source) (*Config, []Problem, error) {
+func Parse(sources ...Source) (*Config, []Problem, error) { return Options{}.Parse(sources...) }
+
+// Parse is Parse with these options.
+func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 	c := &Config{domains: map[string]*Domain{}}
 	var errs, warnings []Problem
 	firstLine := map[string]int{}
 	for _, src := range sources {
-		r := &reader{file: src.Name}
+		r := &reader{file: src.Name, algorithm: o.RateLimitAlgorithm}
 		raw := parseFile(r, src.Data)
 		r.finish()
 		warnings = append(warnings, r.warnings...)

@@ -425,9 +425,9 @@ descriptors:
 		t.Fatal(err)
 	}
 	want := `{"files":["test.yaml"],"domains":[{"domain":"api","file":"test.yaml","descriptors":[` +
-		`{"key":"user","limit":{"size":60,"drip_rate":"1s","drip_size":1,"reported_as":"60/minute"},"descriptors":[` +
-		`{"key":"action","value":"trade","name":"trades","limit":{"size":5,"drip_rate":"12s","drip_size":1,"reported_as":"5/minute"},"shadow_mode":true}]},` +
-		`{"key":"path","value":"/f/*","limit":{"size":9,"drip_rate":"6m40s","drip_size":1,"reported_as":"9/hour"},"share_threshold":true,"detailed_metric":true},` +
+		`{"key":"user","limit":{"algorithm":"leaky_bucket","size":60,"drip_rate":"1s","drip_size":1,"reported_as":"60/minute"},"descriptors":[` +
+		`{"key":"action","value":"trade","name":"trades","limit":{"algorithm":"leaky_bucket","size":5,"drip_rate":"12s","drip_size":1,"reported_as":"5/minute"},"shadow_mode":true}]},` +
+		`{"key":"path","value":"/f/*","limit":{"algorithm":"leaky_bucket","size":9,"drip_rate":"6m40s","drip_size":1,"reported_as":"9/hour"},"share_threshold":true,"detailed_metric":true},` +
 		`{"key":"client","value":"internal","unlimited":true}]}]}`
 	if string(got) != want {
 		t.Fatalf("got  %s\nwant %s", got, want)

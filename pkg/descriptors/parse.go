@@ -5,24 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-)
-
-// The fields each YAML mapping may have. The envoyproxy/ratelimit fields
-// this service does not act on are accepted with a warning.
-var (
-	fileFields       = []string{"domain", "match", "over_limit_body", "descriptors"}
-	descriptorFields = []string{"key", "value", "name", "leaky_bucket", "rate_limit", "shadow_mode", "descriptors",
-		"detailed_metric", "value_to_metric", "share_threshold", "quota_mode", "metadata"}
-	leakyFields = []string{"size", "drip_rate", "drip_size"}
-	rateFields  = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces"}
 )
 
 // ignored explains, per accepted field that has no effect, why.
@@ -37,6 +27,8 @@ type rawDomain struct {
 	line          int
 	leaf          bool   // match: leaf
 	overLimitBody string // sent on OVER_LIMIT, {retry_after} filled in
+	algorithm     leaky.Algorithm
+	list          *yaml.Node // the descriptors, read once the algorithm is known
 	descriptors   []*rawNode
 }
 
@@ -47,16 +39,12 @@ type rawNode struct {
 	line  int
 	key   string
 	value string // "" for any value
-	name  string
 
-	limit     *leaky.Limit
-	rate      *leaky.Rate // the limit as written in rate_limit form, if it was
+	one       limitReading // the one-limit form's fields
+	list      *yaml.Node   // the limits field, if given
+	limits    []*rawLimit  // the one limit, or the items of limits
 	unlimited bool
-	replaces  []string // names of the limits this one replaces
-	// replacesLines are the lines of the names in replaces.
-	replacesLines []int
 
-	shadow         bool
 	shareThreshold bool
 	detailedMetric bool // metrics of this limit show the request's values
 	valueToMetric  bool // metrics below show this level's value
@@ -111,45 +99,15 @@ func parseFile(r *reader, data []byte) *rawDomain {
 		return nil
 	}
 	root := deref(doc.Content[0])
-	var buf [4]field // one per name of fileFields
-	fields, ok := r.mapping(root, nil, fileFields, buf[:0])
-	if !ok {
+	d := &rawDomain{line: root.Line, algorithm: r.algorithm}
+	var buf fieldsBuf
+	if _, ok := fileObject.read(r, root, nil, d, buf[:0]); !ok && d.list == nil {
 		return nil
 	}
-	d := &rawDomain{line: root.Line}
-	hasDomain := false
-	var top *fieldPath // the file itself
-	for _, f := range fields {
-		fp := top.field(f.name)
-		switch f.name {
-		case "domain":
-			hasDomain = true
-			d.line = f.value.Line
-			if d.name, ok = r.text(f.value, &fp); ok && d.name == "" {
-				r.errorf(f.value, &fp, "must not be empty")
-			}
-		case "match":
-			var m string
-			if m, ok = r.text(f.value, &fp); ok {
-				switch m {
-				case "all":
-				case "leaf":
-					d.leaf = true
-				default:
-					r.errorf(f.value, &fp, "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", clip(m))
-				}
-			}
-		case "over_limit_body":
-			if d.overLimitBody, ok = r.text(f.value, &fp); ok {
-				r.checkOverLimitBody(f.value, &fp, d.overLimitBody)
-			}
-		case "descriptors":
-			d.descriptors = r.descriptorList(f.value, nil)
-		}
-	}
-	if !hasDomain {
-		fp := top.field("domain")
-		r.errorf(root, &fp, "is required")
+	// rate_limit blocks take the file's algorithm, wherever it is written.
+	r.algorithm = d.algorithm
+	if d.list != nil {
+		d.descriptors = r.descriptorList(d.list, nil)
 	}
 	if r.hasReplaces {
 		r.checkReplaces(d.descriptors)
@@ -160,34 +118,43 @@ func parseFile(r *reader, data []byte) *rawDomain {
 // checkReplaces warns of replaces that name no limit of the domain.
 func (r *reader) checkReplaces(top []*rawNode) {
 	names := map[string]bool{}
-	var all []*rawNode
+	type replacing struct {
+		n *rawNode
+		l *rawLimit
+	}
+	var all []replacing
 	var walk func([]*rawNode)
 	walk = func(nodes []*rawNode) {
 		for _, n := range nodes {
-			if n.name != "" && n.limit != nil {
-				names[n.name] = true
-			}
-			if len(n.replaces) > 0 {
-				all = append(all, n)
+			for _, l := range n.limits {
+				if l.name != "" {
+					names[l.name] = true
+				}
+				if len(l.replaces) > 0 {
+					all = append(all, replacing{n, l})
+				}
 			}
 			walk(n.children)
 		}
 	}
 	walk(top)
-	for _, n := range all {
-		for i, name := range n.replaces {
+	for _, x := range all {
+		for i, name := range x.l.replaces {
 			if !names[name] && len(r.warnings) >= maxProblems {
-				r.moreWarnings.add(n.replacesLines[i])
+				r.moreWarnings.add(x.l.replacesLines[i])
 			} else if !names[name] {
-				r.addWarning(Problem{Line: n.replacesLines[i], Field: replacesField(n, i),
+				r.addWarning(Problem{Line: x.l.replacesLines[i], Field: replacesField(x.n, x.l, i),
 					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", clip(name))})
 			}
 		}
 	}
 }
 
-// replacesField is the path of the name of item i of n's replaces.
-func replacesField(n *rawNode, i int) string {
+// replacesField is the path of the name of item i of l's replaces.
+func replacesField(n *rawNode, l *rawLimit, i int) string {
+	if l.item >= 0 {
+		return fmt.Sprintf("%s.limits[%d].rate_limit.replaces[%d].name", n.path(), l.item, i)
+	}
 	return fmt.Sprintf("%s.rate_limit.replaces[%d].name", n.path(), i)
 }
 
@@ -361,69 +328,143 @@ func describeValue(v string) string {
 // fieldsBuf holds the fields of one mapping: more than any mapping knows.
 type fieldsBuf [16]field
 
+// fileObject is a file's fields.
+var fileObject = newObject(
+	requiredField("domain", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		var ok bool
+		d.line = f.value.Line
+		if d.name, ok = r.text(f.value, p); ok && d.name == "" {
+			r.errorf(f.value, p, "must not be empty")
+			return false
+		}
+		return ok
+	}),
+	fieldOf("match", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		m, ok := r.text(f.value, p)
+		switch {
+		case !ok:
+		case m == "leaf":
+			d.leaf = true
+		case m != "all":
+			r.errorf(f.value, p, "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", clip(m))
+			return false
+		}
+		return ok
+	}),
+	fieldOf("rate_limit_algorithm", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		s, ok := r.text(f.value, p)
+		if !ok {
+			return false
+		}
+		a, err := leaky.ParseAlgorithm(s)
+		if err != nil {
+			r.errorf(f.value, p, "%q: want leaky_bucket, sliding_window or fixed_window (what each rate_limit of the file becomes)", clip(s))
+			return false
+		}
+		d.algorithm = a
+		return true
+	}),
+	fieldOf("over_limit_body", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		var ok bool
+		if d.overLimitBody, ok = r.text(f.value, p); ok {
+			ok = r.checkOverLimitBody(f.value, p, d.overLimitBody)
+		}
+		return ok
+	}),
+	fieldOf("descriptors", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		d.list = f.value
+		return true
+	}),
+)
+
+// descriptorObject is a descriptor's fields. The envoyproxy/ratelimit
+// fields this service does not act on are accepted with a warning.
+var descriptorObject *object[*rawNode]
+
+// init makes descriptorObject, whose descriptors field reads descriptors.
+func init() {
+	descriptorObject = newObject(append([]objectField[*rawNode]{
+		requiredField("key", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			if d.key, ok = r.text(f.value, p); ok && d.key == "" {
+				r.errorf(f.value, p, "must not be empty")
+				return false
+			}
+			return ok
+		}),
+		fieldOf("value", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			if d.value, ok = r.text(f.value, p); d.value == "*" {
+				d.value = "" // "*" and no value both match any value
+			}
+			return ok
+		}),
+		fieldOf("limits", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			d.list = f.key
+			return r.limitsList(f, p, d)
+		}),
+		fieldOf("descriptors", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			d.children = r.descriptorList(f.value, d)
+			return true
+		}),
+		fieldOf("share_threshold", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			d.shareThreshold, ok = r.boolean(f.value, p)
+			return ok
+		}),
+		fieldOf("detailed_metric", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			d.detailedMetric, ok = r.boolean(f.value, p)
+			return ok
+		}),
+		fieldOf("value_to_metric", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			d.valueToMetric, ok = r.boolean(f.value, p)
+			return ok
+		}),
+		fieldOf("quota_mode", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			on, ok := r.boolean(f.value, p)
+			if ok && on {
+				r.warnOnce(f.key, p, f.name, ignored[f.name])
+			}
+			return ok
+		}),
+		fieldOf("metadata", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			r.warnOnce(f.key, p, f.name, ignored[f.name])
+			return true
+		}),
+	}, limitFields(func(d *rawNode) *limitReading { return &d.one })...)...)
+}
+
 // descriptor reads one descriptor mapping, item index of the list of up's
 // children (nil: the file's list); nil if it is unusable.
 func (r *reader) descriptor(n *yaml.Node, up *rawNode, index int) *rawNode {
 	d := &rawNode{up: up, index: index, line: n.Line}
 	p := &fieldPath{node: d}
 	var buf fieldsBuf
-	fields, ok := r.mapping(n, p, descriptorFields, buf[:0])
-	if !ok {
+	fields, ok := descriptorObject.read(r, n, p, d, buf[:0])
+	if fields == nil && !ok {
 		return nil
 	}
-	var leakyNode, rateNode *yaml.Node
-	hasKey := false
-	for _, f := range fields {
-		fp := p.field(f.name)
-		switch f.name {
-		case "key":
-			hasKey = true
-			if d.key, ok = r.text(f.value, &fp); ok && d.key == "" {
-				r.errorf(f.value, &fp, "must not be empty")
+	d.unlimited = d.one.unlimited != nil
+	if d.list != nil {
+		r.checkBesideLimits(d, fields, p)
+		if d.one.shadow {
+			for _, l := range d.limits {
+				l.shadow = true // the descriptor's shadow_mode covers each of its limits
 			}
-		case "value":
-			d.value, _ = r.text(f.value, &fp)
-			if d.value == "*" {
-				d.value = "" // "*" and no value both match any value
-			}
-		case "name":
-			d.name, _ = r.text(f.value, &fp)
-		case "leaky_bucket":
-			leakyNode = f.value
-			d.limit = r.leakyBucket(f.value, &fp)
-		case "rate_limit":
-			rateNode = f.value
-			r.rateLimit(f.value, &fp, d)
-		case "shadow_mode":
-			d.shadow, _ = r.boolean(f.value, &fp)
-		case "share_threshold":
-			d.shareThreshold, _ = r.boolean(f.value, &fp)
-		case "descriptors":
-			d.children = r.descriptorList(f.value, d)
-		case "detailed_metric":
-			d.detailedMetric, _ = r.boolean(f.value, &fp)
-		case "value_to_metric":
-			d.valueToMetric, _ = r.boolean(f.value, &fp)
-		case "quota_mode":
-			if on, ok := r.boolean(f.value, &fp); ok && on {
-				r.warnOnce(f.key, &fp, f.name, ignored[f.name])
-			}
-		case "metadata":
-			r.warnOnce(f.key, &fp, f.name, ignored[f.name])
 		}
+	} else if l := r.finishLimit(n, p, &d.one, -1); l != nil {
+		d.limits = []*rawLimit{l}
 	}
-	if !hasKey {
-		fp := p.field("key")
-		r.errorf(n, &fp, "is required")
-	}
-	if leakyNode != nil && rateNode != nil {
-		r.errorf(rateNode, p, "has both leaky_bucket (line %d) and rate_limit: give one", leakyNode.Line)
-	}
-	if d.limit != nil && d.name != "" {
+	for _, l := range d.limits {
+		if l.name == "" {
+			continue
+		}
 		// Requests that reach this limit would drop it: it would never apply.
-		for i, name := range d.replaces {
-			if name == d.name {
-				r.addError(Problem{Line: d.replacesLines[i], Field: replacesField(d, i),
+		for i, name := range l.replaces {
+			if name == l.name {
+				r.addError(Problem{Line: l.replacesLines[i], Field: replacesField(d, l, i),
 					Msg: fmt.Sprintf("%q is the name of this limit: a limit cannot replace itself (it would never apply)", clip(name))})
 			}
 		}
@@ -435,172 +476,35 @@ func (r *reader) descriptor(n *yaml.Node, up *rawNode, index int) *rawNode {
 	if d.unlimited && limitBelow(d.children) {
 		r.warnf(n, p, "the limits below this unlimited descriptor never apply: a descriptor that reaches it is not limited")
 	}
-	if d.shadow && d.limit == nil {
+	if d.one.shadow && len(d.limits) == 0 && !d.unlimited {
 		fp := p.field("shadow_mode")
 		r.warnf(n, &fp, "has no effect: the descriptor has no limit")
 	}
 	return d
 }
 
-func (r *reader) leakyBucket(n *yaml.Node, p *fieldPath) *leaky.Limit {
-	var buf fieldsBuf
-	fields, ok := r.mapping(n, p, leakyFields, buf[:0])
-	if !ok {
-		return nil
-	}
-	l := leaky.Limit{DripSize: 1}
-	valid, hasSize, hasRate := true, false, false
+// checkBesideLimits reports the one-limit fields next to a limits list:
+// a limit beside it, or a name (each item names its own).
+func (r *reader) checkBesideLimits(d *rawNode, fields []field, p *fieldPath) {
 	for _, f := range fields {
 		fp := p.field(f.name)
-		switch f.name {
-		case "size":
-			hasSize = true
-			l.Size, ok = r.integer(f.value, &fp, 0, leaky.MaxSize)
-		case "drip_rate":
-			hasRate = true
-			if l.DripRate, ok = r.duration(f.value, &fp); ok {
-				if err := leaky.CheckDripRate(l.DripRate); err != nil {
-					r.errorf(f.value, &fp, "%s", strings.TrimPrefix(err.Error(), "drip_rate "))
-					ok = false
-				}
-			}
-		case "drip_size":
-			l.DripSize, ok = r.integer(f.value, &fp, 1, leaky.MaxSize)
+		switch {
+		case slices.Contains(algorithmFields, f.name):
+			r.errorf(f.key, &fp, "is a limit beside limits (line %d): make it an item of limits", d.list.Line)
+		case f.name == "name":
+			r.errorf(f.key, &fp, "names one limit, but the descriptor has limits (line %d): give each item its name", d.list.Line)
 		}
-		valid = valid && ok
 	}
-	if !hasSize {
-		fp := p.field("size")
-		r.errorf(n, &fp, "is required")
-		valid = false
-	}
-	if !hasRate {
-		fp := p.field("drip_rate")
-		r.errorf(n, &fp, "is required")
-		valid = false
-	}
-	if !valid {
-		return nil
-	}
-	return &l
-}
-
-// rateLimit reads envoyproxy/ratelimit's rate_limit block into d.
-func (r *reader) rateLimit(n *yaml.Node, p *fieldPath, d *rawNode) {
-	var buf fieldsBuf
-	fields, ok := r.mapping(n, p, rateFields, buf[:0])
-	if !ok {
-		return
-	}
-	var (
-		rate           leaky.Rate
-		unitNode       *yaml.Node
-		hasRPU, valid  = false, true
-		unlimitedField *yaml.Node
-	)
-	for _, f := range fields {
-		fp := p.field(f.name)
-		switch f.name {
-		case "unit":
-			unitNode = f.value
-			var s string
-			if s, ok = r.text(f.value, &fp); ok {
-				if rate.Unit, ok = parseUnit(s); !ok {
-					r.errorf(f.value, &fp, "unknown unit %q (want second, minute, hour, day, week, month or year)", clip(s))
-				}
-			}
-		case "requests_per_unit":
-			hasRPU = true
-			var v int64
-			v, ok = r.integer(f.value, &fp, 0, math.MaxUint32)
-			rate.RequestsPerUnit = uint32(v)
-		case "unit_multiplier":
-			var v int64
-			v, ok = r.integer(f.value, &fp, 1, math.MaxUint32)
-			rate.Multiplier = uint32(v)
-		case "unlimited":
-			unlimitedField = f.key
-			d.unlimited, ok = r.boolean(f.value, &fp)
-		case "name":
-			var name string
-			if name, ok = r.text(f.value, &fp); ok && name != "" {
-				if d.name != "" && d.name != name {
-					r.errorf(f.value, &fp, "is %q but the descriptor's name is %q: give one name", clip(name), clip(d.name))
-				}
-				d.name = name
-			}
-		case "replaces":
-			ok = r.replaces(f.value, &fp, d)
-		}
-		valid = valid && ok
-	}
-	switch {
-	case d.unlimited:
-		if unitNode != nil || hasRPU {
-			fp := p.field("unlimited")
-			r.errorf(unlimitedField, &fp, "cannot be combined with unit or requests_per_unit")
-		}
-		return
-	case unitNode == nil:
-		fp := p.field("unit")
-		r.errorf(n, &fp, "is required (or set unlimited: true)")
-		return
-	case !hasRPU:
-		// envoyproxy/ratelimit reads a missing requests_per_unit as 0.
-		fp := p.field("requests_per_unit")
-		r.warnf(n, &fp, "is missing: read as 0, which rejects every request, as envoyproxy/ratelimit does")
-	case !valid:
-		return
-	}
-	l := rate.Limit()
-	d.limit, d.rate = &l, &rate
 }
 
 // limitBelow reports whether any of nodes or their descendants has a limit.
 func limitBelow(nodes []*rawNode) bool {
 	for _, n := range nodes {
-		if n.limit != nil || limitBelow(n.children) {
+		if len(n.limits) > 0 || limitBelow(n.children) {
 			return true
 		}
 	}
 	return false
-}
-
-func parseUnit(s string) (leaky.Unit, bool) {
-	u, err := leaky.ParseUnit(s)
-	return u, err == nil
-}
-
-var replacesFields = []string{"name"}
-
-// replaces reads envoyproxy/ratelimit's replaces list, [{name: ...}], into
-// d's replaces, with the names' lines.
-func (r *reader) replaces(n *yaml.Node, p *fieldPath, d *rawNode) bool {
-	items, ok := r.sequence(n, p)
-	for i, item := range items {
-		ip := p.item(i)
-		var buf fieldsBuf
-		fields, mok := r.mapping(item, &ip, replacesFields, buf[:0])
-		ok = ok && mok
-		if mok && len(fields) == 0 {
-			fp := ip.field("name")
-			r.errorf(deref(item), &fp, "is required")
-			ok = false
-		}
-		for _, f := range fields {
-			fp := ip.field(f.name)
-			name, tok := r.text(f.value, &fp)
-			if tok && name == "" {
-				r.errorf(f.value, &fp, "must not be empty")
-				tok = false
-			}
-			d.replaces = append(d.replaces, name)
-			d.replacesLines = append(d.replacesLines, f.value.Line)
-			r.hasReplaces = true
-			ok = ok && tok
-		}
-	}
-	return ok
 }
 
 // maxOverLimitBody bounds over_limit_body: a message for a client, not a
@@ -609,24 +513,24 @@ const maxOverLimitBody = 4096
 
 // checkOverLimitBody reports a body too long, or holding a placeholder
 // other than {retry_after} (a misspelt one would reach clients as written).
-func (r *reader) checkOverLimitBody(n *yaml.Node, p *fieldPath, body string) {
+func (r *reader) checkOverLimitBody(n *yaml.Node, p *fieldPath, body string) bool {
 	if len(body) > maxOverLimitBody {
 		r.errorf(n, p, "is %d bytes: at most %d allowed", len(body), maxOverLimitBody)
-		return
+		return false
 	}
 	for rest := body; ; {
 		i := strings.IndexByte(rest, '{')
 		if i < 0 {
-			return
+			return true
 		}
 		rest = rest[i:]
 		j := strings.IndexByte(rest, '}')
 		if j < 0 {
-			return
+			return true
 		}
 		if name := rest[:j+1]; name != OverLimitBodyRetryAfter {
 			r.errorf(n, p, "has the placeholder %s: the only one is %s (whole seconds until a retry can pass)", clip(name), OverLimitBodyRetryAfter)
-			return
+			return false
 		}
 		rest = rest[j+1:]
 	}

@@ -3,6 +3,8 @@ package descriptors
 import (
 	"strconv"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
 // Entry is one key/value pair of a request descriptor.
@@ -66,7 +68,7 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 	// override takes the place of the deepest level, or is the only one.
 	levels, parts, replaced := 0, 0, -1
 	for i := first; i < len(nodes); i++ {
-		if nodes[i].rule != nil {
+		if len(nodes[i].rules) > 0 {
 			levels++
 			parts = i + 1
 		}
@@ -109,8 +111,14 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 		case i < first:
 		case i == replaced:
 			dst = append(dst, Level{Key: key, Rule: override})
-		case n.rule != nil:
-			dst = append(dst, Level{Key: key[:ends[i]], Rule: n.rule})
+		default:
+			for _, r := range n.rules {
+				k := key[:ends[i]]
+				if r.mark != "" {
+					k += r.mark // a key of its own
+				}
+				dst = append(dst, Level{Key: k, Rule: r})
+			}
 		}
 	}
 	if override != nil && replaced < 0 {
@@ -152,7 +160,8 @@ func writeEscaped(b *strings.Builder, s string) {
 	b.WriteString(s[start:])
 }
 
-// appendRate appends the override mark "|#N/unit" (or "|#N/Mxunit").
+// appendRate appends the override mark "|#N/unit" (or "|#N/Mxunit"),
+// with "/sw" or "/fw" after it when the override is a window.
 func appendRate(b []byte, r *Rule) []byte {
 	b = append(b, "|#"...)
 	b = strconv.AppendUint(b, uint64(r.Rate.RequestsPerUnit), 10)
@@ -161,5 +170,12 @@ func appendRate(b []byte, r *Rule) []byte {
 		b = strconv.AppendUint(b, uint64(r.Rate.Multiplier), 10)
 		b = append(b, 'x')
 	}
-	return append(b, r.Rate.Unit.String()...)
+	b = append(b, r.Rate.Unit.String()...)
+	switch r.Limit.Algorithm {
+	case leaky.SlidingWindow:
+		b = append(b, "/sw"...)
+	case leaky.FixedWindow:
+		b = append(b, "/fw"...)
+	}
+	return b
 }

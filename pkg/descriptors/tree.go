@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
@@ -27,8 +29,27 @@ type Rule struct {
 	// matches both (envoyproxy/ratelimit's replaces).
 	Replaces []string
 
-	label  string       // the metric label: Name, or Path
+	label  string       // the metric label: Name, or Path (with the item of limits)
 	metric []metricPart // per level of Path, when some take the request's value
+	// mark follows the node's part of a bucket key: it names the
+	// algorithm (a window's parameters too), so that no two limits of a
+	// node, nor one limit before and after a reload that changes its
+	// algorithm, share a bucket. "" for a node's first leaky bucket, whose
+	// key is the node's own.
+	mark string
+}
+
+// Label returns the limit's name, or else its path (with its place in the
+// node's limits list when it is one of several): how metrics and the IETF
+// headers name it.
+func (r *Rule) Label() string {
+	switch {
+	case r.label != "":
+		return r.label
+	case r.Name != "":
+		return r.Name
+	}
+	return r.Path // a rule made outside the config, such as a limit sent by Envoy
 }
 
 // metricPart is one level of a metric label: the text of the rule's path,
@@ -46,7 +67,7 @@ type metricPart struct {
 // "user=alice/action=trade".
 func (r *Rule) MetricLabel(levelKey string) string {
 	if r.metric == nil {
-		return r.label
+		return r.Label()
 	}
 	parts := strings.Split(levelKey, "|")[1:] // after the domain
 	var b strings.Builder
@@ -73,6 +94,9 @@ type Domain struct {
 	// raw_body), with OverLimitBodyRetryAfter replaced by whole seconds;
 	// "" sends none.
 	OverLimitBody string
+	// RateLimitAlgorithm is what the file's rate_limit blocks became, and
+	// what a limit sent by Envoy for this domain becomes.
+	RateLimitAlgorithm leaky.Algorithm
 
 	prefix string // the domain's key component
 	root   *level
@@ -126,7 +150,8 @@ type node struct {
 	// component is the node's fixed part of a bucket key; "" when the key
 	// takes the request's value (any value, or a wildcard not shared).
 	component      string
-	rule           *Rule
+	rules          []*Rule // the node's limits, in file order
+	list           bool    // written as a limits list
 	unlimited      bool
 	detailedMetric bool // as written, for Describe
 	valueToMetric  bool
@@ -162,7 +187,8 @@ type compiler struct {
 // compile builds the tree of one parsed domain, or says where the strings
 // it would make overran budget bytes.
 func compile(file string, raw *rawDomain, budget int) (*Domain, *Problem) {
-	c := compiler{d: &Domain{Name: raw.name, File: file, OverLimitBody: raw.overLimitBody, prefix: escape(raw.name), leaf: raw.leaf}, budget: budget}
+	c := compiler{d: &Domain{Name: raw.name, File: file, OverLimitBody: raw.overLimitBody, RateLimitAlgorithm: raw.algorithm,
+		prefix: escape(raw.name), leaf: raw.leaf}, budget: budget}
 	c.d.root = c.level(raw.descriptors, parent{})
 	if n := c.over; n != nil {
 		return nil, &Problem{File: file, Line: max(n.line, 1), Field: n.path(),
@@ -251,32 +277,88 @@ func (c *compiler) node(raw *rawNode, up parent) *node {
 	case raw.value != "":
 		n.component = component(raw.key, raw.value)
 	}
-	if raw.limit != nil && !raw.unlimited {
-		d := c.d
-		r := &Rule{Name: raw.name, Path: here.path, Limit: *raw.limit, Shadow: raw.shadow, Replaces: raw.replaces, label: raw.name}
-		d.replaces = d.replaces || len(raw.replaces) > 0
-		if r.label == "" {
-			r.label = here.path
-		}
-		if raw.rate != nil {
-			r.Rate = *raw.rate
-		} else {
-			r.Rate = raw.limit.Rate()
-		}
-		if here.values || raw.detailedMetric {
-			// The label's parts repeat the path.
-			if !c.spend(raw, 2*len(here.path)) {
+	n.list = raw.list != nil
+	if !raw.unlimited {
+		marks := limitMarks(raw.limits)
+		for i, l := range raw.limits {
+			if n.rules = append(n.rules, c.rule(raw, l, here, marks[i])); c.over != nil {
 				return nil
 			}
-			r.metric = metricParts(raw, raw.detailedMetric)
 		}
-		n.rule = r
-		d.rules = append(d.rules, r)
 	}
 	if n.children = c.level(raw.children, here); c.over != nil {
 		return nil
 	}
 	return n
+}
+
+// rule makes the Rule of one limit of a node.
+func (c *compiler) rule(raw *rawNode, l *rawLimit, here parent, mark string) *Rule {
+	d := c.d
+	r := &Rule{Name: l.name, Path: here.path, Limit: l.limit, Shadow: l.shadow, Replaces: l.replaces, label: l.name, mark: mark}
+	d.replaces = d.replaces || len(l.replaces) > 0
+	if r.label == "" {
+		r.label = here.path
+		if len(raw.limits) > 1 {
+			r.label += "/limits[" + strconv.Itoa(l.item) + "]"
+		}
+	}
+	if l.rate != nil {
+		r.Rate = *l.rate
+	} else {
+		r.Rate = l.limit.Rate()
+	}
+	if here.values || raw.detailedMetric {
+		// The label's parts repeat the path.
+		if !c.spend(raw, 2*len(here.path)) {
+			return nil
+		}
+		r.metric = metricParts(raw, raw.detailedMetric)
+	}
+	d.rules = append(d.rules, r)
+	return r
+}
+
+// limitMarks returns the key mark of each limit of a node: "" for the
+// first leaky bucket, "|#lbN" for the Nth after it, "|#sw<window>/<resolution>"
+// for a sliding window and "|#fw<window>" for a fixed one, with "~<item>"
+// added where two limits would have the same.
+func limitMarks(limits []*rawLimit) []string {
+	marks := make([]string, len(limits))
+	buckets := 0
+	for i, l := range limits {
+		var m string
+		switch l.limit.Algorithm {
+		case leaky.SlidingWindow:
+			w := l.limit.Sliding()
+			m = "|#sw" + compactDuration(w.Window) + "/" + compactDuration(w.Resolution)
+		case leaky.FixedWindow:
+			m = "|#fw" + compactDuration(l.limit.Window)
+		default:
+			if buckets++; buckets > 1 {
+				m = "|#lb" + strconv.Itoa(buckets)
+			}
+		}
+		if slices.Contains(marks[:i], m) {
+			m += "~" + strconv.Itoa(i)
+		}
+		marks[i] = m
+	}
+	return marks
+}
+
+// compactDuration writes d in its largest whole unit: 1d, 2h, 30m, 5s,
+// 250ms or 7us.
+func compactDuration(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(d.Microseconds(), 10) + "us"
 }
 
 // joinPath returns the path of a node below the one at path: "key" or

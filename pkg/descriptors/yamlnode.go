@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
 // reader walks yaml.v3 nodes of one file and records problems with their
@@ -23,6 +25,9 @@ type reader struct {
 	moreWarnings dropped
 	repeats      map[string]*repeat // warnings given once per field name
 	hasReplaces  bool               // some limit replaces others: check the names
+	// algorithm is what a rate_limit becomes: the file's
+	// rate_limit_algorithm, else the default the reader was given.
+	algorithm leaky.Algorithm
 }
 
 // maxProblems bounds the errors, and the warnings, listed per file: a few

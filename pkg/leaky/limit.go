@@ -219,6 +219,26 @@ func (r Rate) Limit() Limit {
 	return Limit{Size: n, DripRate: time.Duration(drip) * time.Microsecond, DripSize: dripSize}
 }
 
+// LimitAs translates r to a limit of algorithm a: Rate.Limit for the leaky
+// bucket; for a window, RequestsPerUnit in a window of the rate's period
+// (unit times multiplier), a sliding window's resolution a tenth of it.
+func (r Rate) LimitAs(a Algorithm) Limit {
+	if a != SlidingWindow && a != FixedWindow {
+		return r.Limit()
+	}
+	w := time.Duration(r.period()) * time.Microsecond
+	if w <= 0 {
+		w = time.Second
+	}
+	// At most the longest window, in tenths of whole microseconds.
+	longest := window.MaxWindow / (10 * time.Microsecond) * (10 * time.Microsecond)
+	l := Limit{Algorithm: a, Size: int64(r.RequestsPerUnit), Window: min(w, longest)}
+	if a == SlidingWindow {
+		l.Resolution = l.Window / 10
+	}
+	return l
+}
+
 // String formats r as "100/minute" or "5/10 second".
 func (r Rate) String() string {
 	if r.Multiplier > 1 {

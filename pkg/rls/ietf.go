@@ -43,12 +43,12 @@ func ietfHeaders(w *work, all *verdict) []*corev3.HeaderValue {
 		policy = append(policy, ";q="...)
 		policy = strconv.AppendInt(policy, rule.Limit.Size, 10)
 		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, drainSeconds(rule.Limit), 10)
+		policy = strconv.AppendInt(policy, policyWindow(rule.Limit), 10)
 	}
 	var limit []byte
 	limit = appendPolicyName(limit, all.binding)
 	limit = append(limit, ";r="...)
-	t := roundUpSeconds(all.clear)
+	t := roundUpSeconds(all.bindingClear)
 	if all.over {
 		limit = append(limit, '0')
 		t = wholeSeconds(all.reset)
@@ -72,10 +72,7 @@ func ietfHeaders(w *work, all *verdict) []*corev3.HeaderValue {
 // has none) as a structured-field string: quoted, '"' and '\' escaped, and
 // what a string may not hold (outside printable ASCII) as '?'.
 func appendPolicyName(b []byte, r *descriptors.Rule) []byte {
-	name := r.Name
-	if name == "" {
-		name = r.Path
-	}
+	name := r.Label()
 	b = append(b, '"')
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; {
@@ -93,9 +90,12 @@ func appendPolicyName(b []byte, r *descriptors.Rule) []byte {
 // roundUpSeconds rounds d up to whole seconds (0 stays 0).
 func roundUpSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
-// drainSeconds is how long a full bucket takes to drain, in whole seconds
-// (at least 1): a policy's window.
-func drainSeconds(l leaky.Limit) int64 {
+// policyWindow is a policy's window in whole seconds (at least 1): a
+// window's length, or how long a full bucket takes to drain.
+func policyWindow(l leaky.Limit) int64 {
+	if l.Algorithm == leaky.SlidingWindow || l.Algorithm == leaky.FixedWindow {
+		return max(1, roundUpSeconds(l.Window))
+	}
 	drips := max(1, (l.Size+l.DripSize-1)/max(l.DripSize, 1))
 	if rate := int64(max(l.DripRate, time.Microsecond)); drips > math.MaxInt64/rate {
 		return math.MaxInt64 / int64(time.Second)

@@ -43,7 +43,7 @@ func TestPolicyNames(t *testing.T) {
 	}
 }
 
-func TestDrainSeconds(t *testing.T) {
+func TestPolicyWindow(t *testing.T) {
 	for _, c := range []struct {
 		l    leaky.Limit
 		want int64
@@ -52,8 +52,10 @@ func TestDrainSeconds(t *testing.T) {
 		{leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 3}, 4},
 		{leaky.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, 1},
 		{leaky.Limit{Size: leaky.MaxSize, DripRate: leaky.MaxDripRate, DripSize: 1}, 9223372036},
+		{leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 5, Window: time.Hour, Resolution: time.Minute}, 3600},
+		{leaky.Limit{Algorithm: leaky.FixedWindow, Size: 5, Window: 1500 * time.Millisecond}, 2},
 	} {
-		if got := drainSeconds(c.l); got != c.want {
+		if got := policyWindow(c.l); got != c.want {
 			t.Errorf("%v: %d, want %d", c.l, got, c.want)
 		}
 	}

@@ -122,14 +122,14 @@ var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 }
 
 // overrideRule turns a validated limit sent by Envoy into a rule, translated
-// as a rate_limit of the config is.
-func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) *descriptors.Rule {
+// as a rate_limit of its domain's files is: to the domain's algorithm.
+func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, algo leaky.Algorithm) *descriptors.Rule {
 	rate := leaky.Rate{
 		RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit:            overrideUnits[o.GetUnit()],
 		Multiplier:      o.GetUnitMultiplier().GetValue(),
 	}
-	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: rate.Limit(), Rate: rate}
+	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: rate.LimitAs(algo), Rate: rate}
 }
 
 // hitsOf returns the hits a descriptor adds: its own hits_addend if set

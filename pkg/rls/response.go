@@ -134,6 +134,9 @@ type verdict struct {
 	clear     time.Duration
 	reset     time.Duration     // when over: until every over level has room
 	binding   *descriptors.Rule // the level that decides: over, or the least remaining
+	// bindingClear is the binding level's own time to clear, which the
+	// IETF RateLimit field gives for the policy it names.
+	bindingClear time.Duration
 }
 
 func (v *verdict) add(rule *descriptors.Rule, r *leaky.Result) {
@@ -147,7 +150,7 @@ func (v *verdict) add(rule *descriptors.Rule, r *leaky.Result) {
 		}
 		v.over = true
 	case !v.over && r.Remaining <= v.remaining:
-		v.binding = rule // on a tie, the deeper level
+		v.binding, v.bindingClear = rule, r.Clear // on a tie, the deeper level
 	}
 	v.remaining = min(v.remaining, r.Remaining)
 	v.clear = max(v.clear, r.Clear)

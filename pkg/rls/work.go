@@ -43,7 +43,7 @@ func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shado
 	for _, desc := range req.GetDescriptors() {
 		var override *descriptors.Rule
 		if o := desc.GetLimit(); o != nil {
-			override = overrideRule(o)
+			override = overrideRule(o, d.RateLimitAlgorithm)
 		}
 		w.entries = entriesOf(desc, w.entries[:0])
 		w.levels = d.Resolve(w.entries, override, w.levels)

@@ -13,9 +13,10 @@ const MaxSubWindows = 1000
 // sum stays far from overflow and exact in a double (the Redis script).
 const MaxLimit = 1 << 40
 
-// MaxWindow is the longest window: 2^40 microseconds, some 12 days short of
-// 35 years, so that times stay exact in a double.
-const MaxWindow = (1 << 40) * time.Microsecond
+// MaxWindow is the longest window: 100 years of 365 days, as the longest
+// rate_limit period. Now plus a window stays below 2^53 microseconds, so
+// that every time the decisions take is exact in a double.
+const MaxWindow = 100 * 365 * 24 * time.Hour
 
 // Sliding is a sliding-window limit: at most Limit hits in any Window.
 // Time is cut into sub-windows of Resolution, aligned on multiples of

@@ -54,9 +54,10 @@ func (h *countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) gor
 	}
 }
 
-// TestOneCommandPerRequest counts what Redis executes for two-level
-// requests: one EVALSHA each, inside which the script reads and writes both
-// buckets; and counts what the client sends: that one command.
+// TestOneCommandPerRequest counts what Redis executes for requests of two
+// buckets, two levels of leaky buckets or a leaky bucket and a sliding
+// window on one node: one EVALSHA each, inside which the script reads and
+// writes both buckets; and counts what the client sends: that one command.
 func TestOneCommandPerRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -86,12 +87,17 @@ func TestOneCommandPerRequest(t *testing.T) {
 	hook.n.Store(0)
 	const requests = 50
 	for i := range requests {
-		if _, err := svc.ShouldRateLimit(ctx, request([]string{fmt.Sprintf("user=u%d", i), "action=trade"})); err != nil {
-			t.Fatal(err)
+		req := request([]string{fmt.Sprintf("user=u%d", i), "action=trade"})
+		if i%2 == 1 {
+			req = request([]string{fmt.Sprintf("mixed=u%d", i)})
+		}
+		resp, err := svc.ShouldRateLimit(ctx, req)
+		if err != nil || len(resp.GetStatuses()) != 1 || resp.GetStatuses()[0].GetCurrentLimit() == nil {
+			t.Fatalf("request %d: %v, %v", i, resp, err)
 		}
 	}
 	stats := commandStats(t, admin)
-	t.Logf("commandstats after %d two-level requests: %v", requests, stats)
+	t.Logf("commandstats after %d requests of two buckets: %v", requests, stats)
 	if stats["evalsha"] != requests || stats["eval"] != 0 {
 		t.Fatalf("%d EVALSHA and %d EVAL for %d requests, want one EVALSHA each", stats["evalsha"], stats["eval"], requests)
 	}

@@ -38,6 +38,15 @@ descriptors:
         leaky_bucket: {size: 5, drip_rate: 2s}
   - key: hot
     leaky_bucket: {size: 100, drip_rate: 1h}
+  - key: hot-sliding
+    sliding_window: {limit: 100, window: 1h, resolution: 1m}
+  - key: hot-fixed
+    fixed_window: {limit: 100, window: 8760h} # one edge a year: no test run crosses it
+  - key: mixed
+    limits:
+      - leaky_bucket: {size: 60, drip_rate: 1s}
+      - sliding_window: {limit: 100, window: 1m}
+        name: per-minute
   - key: skew
     leaky_bucket: {size: 3, drip_rate: 10m}
   - key: v
@@ -138,13 +147,15 @@ func topologies(t *testing.T) map[string]func(t *testing.T) redis.ClientOptions 
 }
 
 // TestReplicasAdmitExactly sends 300 concurrent calls, rotating over three
-// replicas, at a bucket of 100: exactly 100 pass, 20 times over.
+// replicas, at a limit of 100 (a leaky bucket, a sliding window, a fixed
+// window in turn): exactly 100 pass, 21 times over.
 func TestReplicasAdmitExactly(t *testing.T) {
 	for name, start := range topologies(t) {
 		t.Run(name, func(t *testing.T) {
 			replicas := startReplicas(t, 3, replicaOptions{client: start(t)})
-			for round := range 20 {
-				req := request([]string{fmt.Sprintf("hot=round-%d", round)})
+			for round := range 21 {
+				key := []string{"hot", "hot-sliding", "hot-fixed"}[round%3]
+				req := request([]string{fmt.Sprintf("%s=round-%d", key, round)})
 				var ok, over atomic.Int64
 				var wg sync.WaitGroup
 				start := make(chan struct{})
@@ -172,7 +183,7 @@ func TestReplicasAdmitExactly(t *testing.T) {
 					t.Fatalf("round %d: %v", round, err)
 				}
 				if ok.Load() != 100 || over.Load() != 200 {
-					t.Fatalf("round %d: %d OK and %d OVER_LIMIT, want exactly 100 and 200", round, ok.Load(), over.Load())
+					t.Fatalf("round %d (%s): %d OK and %d OVER_LIMIT, want exactly 100 and 200", round, key, ok.Load(), over.Load())
 				}
 			}
 		})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // TestScriptMatchesDecideWindows runs random mixes of windows and leaky
@@ -136,8 +137,11 @@ func sameStored(a, b leaky.State) bool {
 
 func randomWindow(rng *rand.Rand) leaky.Limit {
 	limit := pick(rng, 0, 1, 2, 5, 10, 100, 1+rng.Int64N(1e6))
-	res := time.Duration(pick(rng, int64(1), 7, 1000, 1e6, 6e7, 1+rng.Int64N(1e9))) * time.Microsecond
+	res := time.Duration(pick(rng, int64(1), 7, 1000, 1e6, 6e7, 1+rng.Int64N(1e9), 3153600000000)) * time.Microsecond // the last: a tenth of the longest window
 	subs := pick(rng, 1, 2, 3, 10, 60, 1000, 1+rng.IntN(100))
+	if res >= window.MaxWindow/10 {
+		subs = 10
+	}
 	if rng.IntN(2) == 0 {
 		return leaky.Limit{Algorithm: leaky.FixedWindow, Size: limit, Window: res * time.Duration(subs)}
 	}
