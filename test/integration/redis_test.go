@@ -205,3 +205,54 @@ func TestMemoryPerBucket(t *testing.T) {
 		t.Fatalf("%.1f bytes per bucket, want at most 100", perBucket)
 	}
 }
+
+// TestMemoryPerSlidingWindow measures with MEMORY USAGE what a sliding
+// window's key costs Redis, with a hit in one, 10 and 60 of its 60
+// sub-windows: 7 bytes and 6 per counted sub-window, beside the key.
+func TestMemoryPerSlidingWindow(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	store, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}, CallerClock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 1000, Window: time.Hour, Resolution: time.Minute}
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Minute)
+	results := make([]leaky.Result, 1)
+	var perKey []float64
+	for _, counted := range []int{1, 10, 60} {
+		const users = 500
+		for i := range users {
+			b := []leaky.Bucket{{Key: fmt.Sprintf("api|user=u%06d|#sw1h/1m~%d", i, counted), Limit: l, Hits: 1}}
+			for m := range counted { // a hit in each of the first sub-windows
+				if err := store.Apply(ctx, now.Add(time.Duration(m)*time.Minute), b, results); err != nil || !results[0].Admitted {
+					t.Fatalf("%v, %+v", err, results[0])
+				}
+			}
+		}
+		keys, err := admin.Keys(ctx, fmt.Sprintf("*~%d", counted)).Result()
+		if err != nil || len(keys) != users {
+			t.Fatalf("%d keys (%v), want %d", len(keys), err, users)
+		}
+		total := int64(0)
+		for _, k := range keys {
+			n, err := admin.MemoryUsage(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += n
+		}
+		perKey = append(perKey, float64(total)/users)
+		t.Logf("MEMORY USAGE: %.1f bytes per sliding window with %d of 60 sub-windows counted (keys like %q)", perKey[len(perKey)-1], counted, keys[0])
+	}
+	// O(sub-windows): what 59 more counted sub-windows add is about their
+	// 6 bytes each (Redis rounds allocations up).
+	if grew := perKey[2] - perKey[0]; grew < 59*6*0.8 || grew > 59*6*1.5 {
+		t.Fatalf("59 more counted sub-windows cost %.0f bytes, want about %d", grew, 59*6)
+	}
+	if perKey[0] > 128 {
+		t.Fatalf("a window with one counted sub-window costs %.1f bytes, want at most 128", perKey[0])
+	}
+}

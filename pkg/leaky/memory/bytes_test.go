@@ -282,3 +282,38 @@ func procStatus(field string) int64 {
 	}
 	return 0
 }
+
+// TestWindowBytes keeps WindowOverhead honest: a sliding window counts its
+// key, BucketOverhead, WindowOverhead and 8 bytes per sub-window, within
+// 35% of the heap it takes; and its bytes leave with it.
+func TestWindowBytes(t *testing.T) {
+	for _, subs := range []int{10, 60, 1000} {
+		l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: time.Duration(subs) * time.Minute, Resolution: time.Minute}
+		s := newStore(t, Options{MaxBuckets: 1 << 30, MaxBytes: 1 << 40, SweepInterval: -1})
+		n := 2_000_000 / subs
+		key := keysOf(24)
+		before := heapAlloc()
+		r := make([]leaky.Result, 1)
+		for i := range n {
+			if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: key(i), Limit: l, Hits: 1}}, r); err != nil || !r[0].Admitted {
+				t.Fatalf("window %d: %v, %+v", i, err, r[0])
+			}
+		}
+		grew := heapAlloc() - before
+		measured := float64(grew) / float64(s.Len())
+		counted := float64(s.Bytes()) / float64(s.Len())
+		t.Logf("%d sub-windows: %d windows, %.0f bytes a window measured, %.0f counted (%+.0f%%)", subs, s.Len(), measured, counted, 100*(counted/measured-1))
+		if counted < measured*0.65 || counted > measured*1.35 {
+			t.Errorf("%d sub-windows: a window takes %.0f bytes, the store counts %.0f: adjust WindowOverhead", subs, measured, counted)
+		}
+		// A refund empties a window: it goes, and its bytes with it.
+		if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: key(0), Limit: l, Hits: -1}}, r); err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(n-1) * (24 + BucketOverhead + WindowOverhead + 8*int64(subs)); s.Bytes() != want {
+			t.Errorf("after emptying one: %d bytes, want %d", s.Bytes(), want)
+		}
+		s.Close()
+		runtime.KeepAlive(s)
+	}
+}

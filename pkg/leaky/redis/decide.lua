@@ -116,150 +116,157 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
   return admitted, counter, ts, remaining, clear, reset, ttl
 end
 
--- decide_sliding is window.Sliding.Decide: for the window whose newest
--- sub-window starts at start, with counts cs (newest first), it returns
--- what decide returns (the count after the decision as the counter, the
--- current sub-window's start as the timestamp). It changes nothing.
-local function decide_sliding(start, cs, limit, res, n, hits, now)
-  if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
-  local newest = floor(start / res)
-  local cur = floor(now / res)
-  if newest > cur then cur = newest end
-  local shift = cur - newest -- sub-windows that passed since the newest count
-  local m = #cs -- the counts still in the window
-  if m > n - shift then m = n - shift end
-  local count = 0
-  for k = 1, m do
-    count = count + cs[k]
-  end
-  local admitted, after = 0, count
-  if hits <= limit - count then
-    admitted, after = 1, count + hits
-    if after < 0 then after = 0 end
-  end
-  local remaining = 0
-  if admitted == 1 and after < limit then remaining = limit - after end
-  -- The sub-window k back from cur leaves the window when cur+n-k begins.
-  local clear = 0
-  if admitted == 1 and hits > 0 then
-    clear = (cur + n) * res - now
-  elseif after > 0 then
+-- The windows' functions, made only by a call that has a window: Redis
+-- makes a script's functions anew on every call, and a call of leaky
+-- buckets alone should not pay for them.
+local decide_sliding, charge_sliding, decide_fixed
+local function define_windows()
+  define_window_state()
+  -- decide_sliding is window.Sliding.Decide: for the window whose newest
+  -- sub-window starts at start, with counts cs (newest first), it returns
+  -- what decide returns (the count after the decision as the counter, the
+  -- current sub-window's start as the timestamp). It changes nothing.
+  decide_sliding = function(start, cs, limit, res, n, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local newest = floor(start / res)
+    local cur = floor(now / res)
+    if newest > cur then cur = newest end
+    local shift = cur - newest -- sub-windows that passed since the newest count
+    local m = #cs -- the counts still in the window
+    if m > n - shift then m = n - shift end
+    local count = 0
     for k = 1, m do
-      if cs[k] > 0 then
-        clear = (cur + n - (k - 1 + shift)) * res - now
-        break
-      end
+      count = count + cs[k]
     end
-  end
-  local reset = 0
-  if admitted == 0 then
-    reset = n * res -- hits over the limit never fit: a whole window
-    if hits <= limit then
-      local need = count + hits - limit -- hits that must leave first
-      for k = n - 1 - shift, 0, -1 do
-        if k < #cs then need = need - cs[k + 1] end
-        if need <= 0 then
-          reset = (cur + n - (k + shift)) * res - now
+    local admitted, after = 0, count
+    if hits <= limit - count then
+      admitted, after = 1, count + hits
+      if after < 0 then after = 0 end
+    end
+    local remaining = 0
+    if admitted == 1 and after < limit then remaining = limit - after end
+    -- The sub-window k back from cur leaves the window when cur+n-k begins.
+    local clear = 0
+    if admitted == 1 and hits > 0 then
+      clear = (cur + n) * res - now
+    elseif after > 0 then
+      for k = 1, m do
+        if cs[k] > 0 then
+          clear = (cur + n - (k - 1 + shift)) * res - now
           break
         end
       end
     end
-  end
-  return admitted, after, cur * res, remaining, clear, reset, clear
-end
-
--- charge_sliding is window.Sliding.Charge: it returns the newest start and
--- the counts once hits are added at now (a refund taken from the newest).
-local function charge_sliding(start, cs, res, n, hits, now)
-  if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
-  local newest = floor(start / res)
-  local cur = floor(now / res)
-  if newest > cur then cur = newest end
-  local shift = cur - newest
-  local out = {}
-  for k = 1, n do
-    out[k] = 0
-  end
-  for k = 1, #cs do
-    if k + shift <= n then out[k + shift] = cs[k] end
-  end
-  if hits >= 0 then
-    out[1] = out[1] + hits
-    if out[1] > MAXSIZE then out[1] = MAXSIZE end
-  else
-    for k = 1, n do
-      local take = out[k]
-      if take > -hits then take = -hits end
-      out[k] = out[k] - take
-      hits = hits + take
-      if hits == 0 then break end
+    local reset = 0
+    if admitted == 0 then
+      reset = n * res -- hits over the limit never fit: a whole window
+      if hits <= limit then
+        local need = count + hits - limit -- hits that must leave first
+        for k = n - 1 - shift, 0, -1 do
+          if k < #cs then need = need - cs[k + 1] end
+          if need <= 0 then
+            reset = (cur + n - (k + shift)) * res - now
+            break
+          end
+        end
+      end
     end
+    return admitted, after, cur * res, remaining, clear, reset, clear
   end
-  return cur * res, out
-end
 
--- decide_fixed is window.Fixed.Decide, charged by the caller.
-local function decide_fixed(count, start, limit, win, hits, now)
-  if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
-  local index = floor(start / win)
-  local cur = floor(now / win)
-  if index > cur then cur = index end
-  if cur ~= index then count = 0 end
-  local admitted, after = 0, count
-  if hits <= limit - count then
-    admitted, after = 1, count + hits
-    if after < 0 then after = 0 end
+  -- charge_sliding is window.Sliding.Charge: it returns the newest start and
+  -- the counts once hits are added at now (a refund taken from the newest).
+  charge_sliding = function(start, cs, res, n, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local newest = floor(start / res)
+    local cur = floor(now / res)
+    if newest > cur then cur = newest end
+    local shift = cur - newest
+    local out = {}
+    for k = 1, n do
+      out[k] = 0
+    end
+    for k = 1, #cs do
+      if k + shift <= n then out[k + shift] = cs[k] end
+    end
+    if hits >= 0 then
+      out[1] = out[1] + hits
+      if out[1] > MAXSIZE then out[1] = MAXSIZE end
+    else
+      for k = 1, n do
+        local take = out[k]
+        if take > -hits then take = -hits end
+        out[k] = out[k] - take
+        hits = hits + take
+        if hits == 0 then break end
+      end
+    end
+    return cur * res, out
   end
-  local remaining = 0
-  if admitted == 1 and after < limit then remaining = limit - after end
-  local finish = (cur + 1) * win - now
-  local clear, reset = 0, 0
-  if after > 0 then clear = finish end
-  if admitted == 0 then reset = finish end
-  return admitted, after, cur * win, remaining, clear, reset, clear
+
+  -- decide_fixed is window.Fixed.Decide, charged by the caller.
+  decide_fixed = function(count, start, limit, win, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local index = floor(start / win)
+    local cur = floor(now / win)
+    if index > cur then cur = index end
+    if cur ~= index then count = 0 end
+    local admitted, after = 0, count
+    if hits <= limit - count then
+      admitted, after = 1, count + hits
+      if after < 0 then after = 0 end
+    end
+    local remaining = 0
+    if admitted == 1 and after < limit then remaining = limit - after end
+    local finish = (cur + 1) * win - now
+    local clear, reset = 0, 0
+    if after > 0 then clear = finish end
+    if admitted == 0 then reset = finish end
+    return admitted, after, cur * win, remaining, clear, reset, clear
+  end
 end
 
 local now = time_now(ARGV[1])
 
--- decide_one decides bucket i as read (no charge for a window), into
--- res[j+1 .. j+7].
-local stored, counters, stamps, counts, res = {}, {}, {}, {}, {}
-local function decide_one(i, hits)
-  local a = 5 * i - 2
-  local algo = floor(tonumber(ARGV[a]) / 2)
-  local p1, p2, p3 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local j = 7 * i - 7
-  if algo == SLIDING then
-    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
-      decide_sliding(stamps[i], counts[i], p1, p2, p3, hits, now)
-  elseif algo == FIXED then
-    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
-      decide_fixed(counters[i], stamps[i], p1, p2, hits, now)
-  else
-    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
-      decide(counters[i], stamps[i], p1, p2, p3, hits, now)
-  end
-end
-
 -- Read every bucket, then decide them all (leaky.DecideAll). res holds 7
--- values per bucket; counters, stamps and counts the states as read. The
--- arguments are read by offset into flat tables, not into a table per
--- field: each table a call makes costs Redis time on every request (a
--- version with named per-field arrays took 1 us more per call, about 9%).
+-- values per bucket; counters, stamps and (sliding windows) counts the
+-- states as read. The arguments are read by offset into flat tables, not
+-- into a table per field: each table a call makes costs Redis time on
+-- every request (a version with named per-field arrays took 1 us more per
+-- call, about 9%). A kind of "0" or "1" is a leaky bucket, the hot path.
 local n = #KEYS
-local allowed = true
+local stored, counters, stamps, counts, res = {}, {}, {}, {}, {}
+local allowed, windows = true, false
 for i = 1, n do
-  local a = 5 * i - 2
-  local kind = tonumber(ARGV[a])
   stored[i] = redis.call('GET', KEYS[i])
-  if floor(kind / 2) == SLIDING then
-    counters[i] = 0
-    stamps[i], counts[i] = load_window(stored[i])
+  local a = 5 * i - 2
+  local j = 7 * i - 7
+  local kind = ARGV[a]
+  local admitted
+  if kind == '0' or kind == '1' then
+    local c, t = load_state(stored[i])
+    counters[i], stamps[i] = c, t
+    admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+      decide(c, t, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), now)
   else
-    counters[i], stamps[i] = load_state(stored[i])
+    if not windows then
+      windows = true
+      define_windows()
+    end
+    local p1, p2, p3, hits = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    if floor(tonumber(kind) / 2) == SLIDING then
+      counters[i] = 0
+      stamps[i], counts[i] = load_window(stored[i])
+      admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+        decide_sliding(stamps[i], counts[i], p1, p2, p3, hits, now)
+    else
+      counters[i], stamps[i] = load_state(stored[i])
+      admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+        decide_fixed(counters[i], stamps[i], p1, p2, hits, now)
+    end
   end
-  decide_one(i, tonumber(ARGV[a + 4]))
-  if res[7 * i - 6] == 0 and kind % 2 == 0 then
+  res[j + 1] = admitted
+  if admitted == 0 and tonumber(kind) % 2 == 0 then
     allowed = false
   end
 end
@@ -269,36 +276,54 @@ local out, k = {}, 0
 for i = 1, n do
   local a = 5 * i - 2
   local j = 7 * i - 7
-  local algo = floor(tonumber(ARGV[a]) / 2)
-  local hits = tonumber(ARGV[a + 4])
-  if allowed then
-    if algo == SLIDING then
-      if res[j + 1] == 1 and hits ~= 0 then
-        local p2, p3 = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-        local start, cs = charge_sliding(stamps[i], counts[i], p2, p3, hits, now)
-        -- Kept until the newest hits have left the window (ms, rounded up).
-        store_window(KEYS[i], stored[i], start, cs, 'PX', ceil(res[j + 7] / 1000))
+  local kind = ARGV[a]
+  if kind == '0' or kind == '1' then
+    if allowed then
+      if res[j + 7] > 0 then
+        -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
+        store_state(KEYS[i], res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
+      elseif stored[i] then
+        redis.call('DEL', KEYS[i]) -- empty: nothing to keep
       end
-    elseif algo == FIXED and (res[j + 1] == 0 or hits == 0) then
-      -- Not charged: nothing to write.
-    elseif res[j + 7] > 0 then
-      -- Keep the bucket until it has drained, plus one drip, or the window
-      -- until it ends (ms, rounded up).
-      store_state(KEYS[i], res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
-    elseif stored[i] then
-      redis.call('DEL', KEYS[i]) -- empty: nothing to keep
+    elseif res[j + 1] == 1 and tonumber(ARGV[a + 4]) ~= 0 then
+      -- Rejected: show the bucket as it stays, uncharged.
+      res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+        decide(counters[i], stamps[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), 0, now)
     end
-  elseif res[j + 1] == 1 and hits ~= 0 then
-    -- Rejected: show the bucket as it stays, uncharged.
-    decide_one(i, 0)
+  else
+    local p1, p2, p3, hits = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+    local sliding = floor(tonumber(kind) / 2) == SLIDING
+    if res[j + 1] == 0 or hits == 0 then
+      -- Not charged: a window is left as it was.
+    elseif allowed and sliding then
+      local start, cs = charge_sliding(stamps[i], counts[i], p2, p3, hits, now)
+      -- Kept until the newest hits have left the window (ms, rounded up).
+      store_window(KEYS[i], stored[i], start, cs, 'PX', ceil(res[j + 7] / 1000))
+    elseif allowed then
+      if res[j + 7] > 0 then
+        -- Kept until the window ends (ms, rounded up).
+        store_state(KEYS[i], res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
+      elseif stored[i] then
+        redis.call('DEL', KEYS[i]) -- a refund emptied it
+      end
+    elseif sliding then
+      -- Rejected: show the window as it stays, uncharged.
+      res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+        decide_sliding(stamps[i], counts[i], p1, p2, p3, 0, now)
+    else
+      res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+        decide_fixed(counters[i], stamps[i], p1, p2, 0, now)
+    end
   end
   for m = 1, 7 do
     out[k + m] = res[j + m]
   end
   k = k + 7
   if before then
+    -- A leaky bucket's state before the charge, for its undo; a window's
+    -- undo takes back its hits instead.
     local _, c, t = 0, 0, 0
-    if algo ~= SLIDING and algo ~= FIXED then
+    if kind == '0' or kind == '1' then
       _, c, t = decide(counters[i], stamps[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), 0, now)
     end
     out[k + 1], out[k + 2] = c, t

@@ -28,39 +28,43 @@ end
 
 -- A sliding window is stored as the start of its newest sub-window (Unix
 -- microseconds, 7 bytes) and its counts, newest first, 6 bytes each, the
--- empty oldest ones left out (layout in state.go).
-
--- load_window returns a sliding window's newest start and counts stored in
--- v, or 0 and no counts for none.
-local function load_window(v)
-  if not v or #v < 7 or (#v - 7) % 6 ~= 0 then
-    return 0, {}
-  end
-  local m = (#v - 7) / 6
-  local start, pos = struct.unpack('>I7', v)
-  if m == 0 then
-    return start, {}
-  end
-  local cs = {struct.unpack('>' .. string.rep('I6', m), v, pos)}
-  cs[m + 1] = nil -- the position after the last count
-  return start, cs
-end
-
--- store_window sets key to a sliding window's newest start and counts,
--- the empty oldest ones left out, or deletes it when every count is 0 (and
--- stored says it exists); the rest of the arguments go to SET.
-local function store_window(key, stored, start, cs, ...)
-  local m = #cs
-  while m > 0 and cs[m] == 0 do
-    m = m - 1
-  end
-  if m == 0 then
-    if stored then
-      redis.call('DEL', key)
+-- empty oldest ones left out (layout in state.go). Its functions are made
+-- by define_window_state, only in calls that have a sliding window: Redis
+-- makes a script's functions anew on every call.
+local load_window, store_window
+local function define_window_state()
+  -- load_window returns a sliding window's newest start and counts stored
+  -- in v, or 0 and no counts for none.
+  load_window = function(v)
+    if not v or #v < 7 or (#v - 7) % 6 ~= 0 then
+      return 0, {}
     end
-    return
+    local m = (#v - 7) / 6
+    local start, pos = struct.unpack('>I7', v)
+    if m == 0 then
+      return start, {}
+    end
+    local cs = {struct.unpack('>' .. string.rep('I6', m), v, pos)}
+    cs[m + 1] = nil -- the position after the last count
+    return start, cs
   end
-  redis.call('SET', key, struct.pack('>I7' .. string.rep('I6', m), start, unpack(cs, 1, m)), ...)
+
+  -- store_window sets key to a sliding window's newest start and counts,
+  -- the empty oldest ones left out, or deletes it when every count is 0
+  -- (and stored says it exists); the rest of the arguments go to SET.
+  store_window = function(key, stored, start, cs, ...)
+    local m = #cs
+    while m > 0 and cs[m] == 0 do
+      m = m - 1
+    end
+    if m == 0 then
+      if stored then
+        redis.call('DEL', key)
+      end
+      return
+    end
+    redis.call('SET', key, struct.pack('>I7' .. string.rep('I6', m), start, unpack(cs, 1, m)), ...)
+  end
 end
 
 -- time_now returns the time given, in Unix microseconds, or for "" the

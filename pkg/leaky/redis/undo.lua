@@ -27,6 +27,7 @@ for i = 1, #KEYS do
   local c, t
   if algo == 1 then
     -- Sliding window: less the hits in the sub-window they went to.
+    if not load_window then define_window_state() end
     local hits, at, res = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     local cs
     t, cs = load_window(v)
