@@ -39,7 +39,7 @@ func TestCheckConfigAcceptsTheDefaultConfig(t *testing.T) {
 	if code := a.run(context.Background(), []string{"check-config", "../../config"}); code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
-	if !strings.Contains(stdout.String(), "valid: 1 domain(s), 6 limit(s) in 1 file(s)") {
+	if !strings.Contains(stdout.String(), "valid: 2 domain(s), 9 limit(s) in 2 file(s)") {
 		t.Fatalf("stdout: %s", stdout)
 	}
 	if stderr.Len() != 0 {

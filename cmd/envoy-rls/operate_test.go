@@ -343,7 +343,7 @@ func TestMetricsJSONAndConfigEndpoints(t *testing.T) {
 			Descriptors []json.RawMessage `json:"descriptors"`
 		} `json:"domains"`
 	}
-	if err := json.Unmarshal([]byte(body), &cfg); st != 200 || err != nil || len(cfg.Domains) != 1 || cfg.Domains[0].Domain != "api" || len(cfg.Domains[0].Descriptors) != 5 {
+	if err := json.Unmarshal([]byte(body), &cfg); st != 200 || err != nil || len(cfg.Domains) != 2 || cfg.Domains[0].Domain != "api" || len(cfg.Domains[0].Descriptors) != 5 || cfg.Domains[1].Domain != "search" {
 		t.Errorf("/config: %d %v\n%s", st, err, body)
 	}
 }
