@@ -202,22 +202,29 @@ var (
 )
 
 func (r *reader) fixedWindow(f field, p *fieldPath, lr *limitReading) bool {
-	lr.algorithms = append(lr.algorithms, f)
-	var w windowReading
-	var buf fieldsBuf
-	if _, ok := fixedObject.read(r, f.value, p, &w, buf[:0]); !ok {
-		return false
-	}
-	lr.limit = &leaky.Limit{Algorithm: leaky.FixedWindow, Size: w.limit, Window: w.window}
-	return true
+	return r.window(f, p, lr, leaky.FixedWindow)
 }
 
 func (r *reader) slidingWindow(f field, p *fieldPath, lr *limitReading) bool {
+	return r.window(f, p, lr, leaky.SlidingWindow)
+}
+
+// window reads a fixed or a sliding window; a sliding window's resolution
+// must divide it into at most window.MaxSubWindows.
+func (r *reader) window(f field, p *fieldPath, lr *limitReading, algo leaky.Algorithm) bool {
 	lr.algorithms = append(lr.algorithms, f)
+	obj := fixedObject
+	if algo == leaky.SlidingWindow {
+		obj = slidingObject
+	}
 	var w windowReading
 	var buf fieldsBuf
-	if _, ok := slidingObject.read(r, f.value, p, &w, buf[:0]); !ok {
+	if _, ok := obj.read(r, f.value, p, &w, buf[:0]); !ok {
 		return false
+	}
+	if algo == leaky.FixedWindow {
+		lr.limit = &leaky.Limit{Algorithm: leaky.FixedWindow, Size: w.limit, Window: w.window}
+		return true
 	}
 	res, resNode, resField := w.resolution, w.resNode, p.field("resolution")
 	if resNode == nil {

@@ -407,21 +407,9 @@ func init() {
 			d.children = r.descriptorList(f.value, d)
 			return true
 		}),
-		fieldOf("share_threshold", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
-			var ok bool
-			d.shareThreshold, ok = r.boolean(f.value, p)
-			return ok
-		}),
-		fieldOf("detailed_metric", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
-			var ok bool
-			d.detailedMetric, ok = r.boolean(f.value, p)
-			return ok
-		}),
-		fieldOf("value_to_metric", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
-			var ok bool
-			d.valueToMetric, ok = r.boolean(f.value, p)
-			return ok
-		}),
+		flagField("share_threshold", func(d *rawNode) *bool { return &d.shareThreshold }),
+		flagField("detailed_metric", func(d *rawNode) *bool { return &d.detailedMetric }),
+		flagField("value_to_metric", func(d *rawNode) *bool { return &d.valueToMetric }),
 		fieldOf("quota_mode", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
 			on, ok := r.boolean(f.value, p)
 			if ok && on {
@@ -434,6 +422,15 @@ func init() {
 			return true
 		}),
 	}, limitFields(func(d *rawNode) *limitReading { return &d.one })...)...)
+}
+
+// flagField is a true-or-false field of a descriptor.
+func flagField(name string, at func(*rawNode) *bool) objectField[*rawNode] {
+	return fieldOf(name, func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+		var ok bool
+		*at(d), ok = r.boolean(f.value, p)
+		return ok
+	})
 }
 
 // descriptor reads one descriptor mapping, item index of the list of up's

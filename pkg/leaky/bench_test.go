@@ -6,14 +6,7 @@ import (
 )
 
 func BenchmarkDecide(b *testing.B) {
-	l := Limit{Size: 100, DripRate: 10 * time.Millisecond, DripSize: 1}
-	s := State{}
-	now := t0
-	b.ReportAllocs()
-	for b.Loop() {
-		now = now.Add(time.Millisecond)
-		s = Decide(s, l, now, 1).State
-	}
+	benchmarkDecide(b, Limit{Size: 100, DripRate: 10 * time.Millisecond, DripSize: 1})
 }
 
 func BenchmarkDecideAll(b *testing.B) {

@@ -1,6 +1,9 @@
 package rls
 
 import (
+	"fmt"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +62,26 @@ func TestEnvoyLimitFollowsTheFile(t *testing.T) {
 		// A new window: the whole limit again, as envoyproxy/ratelimit counts.
 		{51 * time.Second, request("api", d()), `OK [OK 2/MINUTE left=1 reset=1m0s] X-RateLimit-Remaining=1 X-RateLimit-Clear=60`},
 	})
+}
+
+// TestWindowsObservedAndOverJSON: metrics see each limit of a node under
+// its own label, and /json answers windows as gRPC does.
+func TestWindowsObservedAndOverJSON(t *testing.T) {
+	rec := &recorder{}
+	cfg := loadConfig(t, windowsTestConfig+"      - leaky_bucket: {size: 100, drip_rate: 1s}\n")
+	svc, _ := newService(t, Options{Config: cfg, Observer: rec})
+	h := HTTPHandler(svc, nil, nil, true)
+	var last string
+	for range 4 {
+		rr := httptest.NewRecorder()
+		h.ServeHTTP(rr, httptest.NewRequest("POST", "/json", strings.NewReader(`{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "a"}]}]}`)))
+		last = fmt.Sprint(rr.Code, " ", rr.Body.String())
+	}
+	if !strings.HasPrefix(last, "429 ") || !strings.Contains(last, `"name":"burst"`) {
+		t.Errorf("fourth call over /json: %s, want 429 naming the burst window", last)
+	}
+	want := []string{"api burst admitted=true shadow=false", "api minute admitted=true shadow=false", "api user/limits[2] admitted=true shadow=false"}
+	if fmt.Sprint(rec.limits[:3]) != fmt.Sprint(want) {
+		t.Errorf("observed %q, want %q first", rec.limits, want)
+	}
 }

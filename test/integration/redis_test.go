@@ -191,15 +191,7 @@ func TestMemoryPerBucket(t *testing.T) {
 	if err != nil || len(keys) != 2*users {
 		t.Fatalf("%d keys (%v), want %d", len(keys), err, 2*users)
 	}
-	total := int64(0)
-	for _, k := range keys {
-		n, err := admin.MemoryUsage(ctx, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += n
-	}
-	perBucket := float64(total) / float64(len(keys))
+	perBucket := memoryPerKey(t, admin, keys)
 	t.Logf("MEMORY USAGE: %.1f bytes per bucket (keys like %q)", perBucket, keys[0])
 	if perBucket > 100 {
 		t.Fatalf("%.1f bytes per bucket, want at most 100", perBucket)
@@ -236,15 +228,7 @@ func TestMemoryPerSlidingWindow(t *testing.T) {
 		if err != nil || len(keys) != users {
 			t.Fatalf("%d keys (%v), want %d", len(keys), err, users)
 		}
-		total := int64(0)
-		for _, k := range keys {
-			n, err := admin.MemoryUsage(ctx, k).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			total += n
-		}
-		perKey = append(perKey, float64(total)/users)
+		perKey = append(perKey, memoryPerKey(t, admin, keys))
 		t.Logf("MEMORY USAGE: %.1f bytes per sliding window with %d of 60 sub-windows counted (keys like %q)", perKey[len(perKey)-1], counted, keys[0])
 	}
 	// O(sub-windows): what 59 more counted sub-windows add is about their
@@ -255,4 +239,18 @@ func TestMemoryPerSlidingWindow(t *testing.T) {
 	if perKey[0] > 128 {
 		t.Fatalf("a window with one counted sub-window costs %.1f bytes, want at most 128", perKey[0])
 	}
+}
+
+// memoryPerKey returns the mean MEMORY USAGE of keys.
+func memoryPerKey(t *testing.T, admin *goredis.Client, keys []string) float64 {
+	t.Helper()
+	total := int64(0)
+	for _, k := range keys {
+		n, err := admin.MemoryUsage(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	return float64(total) / float64(len(keys))
 }

@@ -185,7 +185,12 @@ func testCanceled(t *testing.T, s Store) {
 const workers = 200
 
 func testConcurrentOneBucket(t *testing.T, s Store) {
-	l := leaky.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
+	raceOneBucket(t, s, leaky.Limit{Size: 100, DripRate: time.Hour, DripSize: 1})
+}
+
+// raceOneBucket has workers callers race for one bucket of limit l (of
+// 100) and wants exactly 100 admitted.
+func raceOneBucket(t *testing.T, s Store, l leaky.Limit) {
 	var admitted atomic.Int64
 	parallel(t, workers, func(int) error {
 		results := make([]leaky.Result, 1)
@@ -198,31 +203,16 @@ func testConcurrentOneBucket(t *testing.T, s Store) {
 		return nil
 	})
 	if got := admitted.Load(); got != 100 {
-		t.Fatalf("%d concurrent calls on a bucket of 100 admitted %d, want exactly 100", workers, got)
+		t.Fatalf("%d concurrent calls on %v admitted %d, want exactly 100", workers, l, got)
 	}
 }
 
 func testConcurrentHierarchy(t *testing.T, s Store) {
 	user := leaky.Limit{Size: 50, DripRate: time.Hour, DripSize: 1}
 	trade := leaky.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
-	var trades, others atomic.Int64
-	parallel(t, workers, func(i int) error {
-		buckets := []leaky.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=trade", trade, 1)}
-		count := &trades
-		if i%2 == 1 {
-			buckets[1] = bucket("api|user=alex|action=view", user, 1)
-			count = &others
-		}
-		results := make([]leaky.Result, 2)
-		if err := s.Apply(context.Background(), T0, buckets, results); err != nil {
-			return err
-		}
-		if results[0].Admitted && results[1].Admitted {
-			count.Add(1)
-		}
-		return nil
-	})
-	tr, ot := trades.Load(), others.Load()
+	tr, ot := racePaths(t, s,
+		[]leaky.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=trade", trade, 1)},
+		[]leaky.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=view", user, 1)})
 	if tr > 10 || tr+ot != 50 {
 		t.Fatalf("admitted %d trades and %d views, want at most 10 trades and exactly 50 in all", tr, ot)
 	}
@@ -232,6 +222,30 @@ func testConcurrentHierarchy(t *testing.T, s Store) {
 	if got[0].clear != 50*time.Hour || got[1].clear != time.Duration(tr)*time.Hour {
 		t.Fatalf("after the run: got %v, want the user bucket holding 50 and the trade bucket %d", got, tr)
 	}
+}
+
+// racePaths has workers callers race, the even ones sending request a,
+// the odd ones b, and counts the admitted of each.
+func racePaths(t *testing.T, s Store, a, b []leaky.Bucket) (admittedA, admittedB int64) {
+	var na, nb atomic.Int64
+	parallel(t, workers, func(i int) error {
+		req, count := a, &na
+		if i%2 == 1 {
+			req, count = b, &nb
+		}
+		results := make([]leaky.Result, len(req))
+		if err := s.Apply(context.Background(), T0, req, results); err != nil {
+			return err
+		}
+		for _, r := range results {
+			if !r.Admitted {
+				return nil
+			}
+		}
+		count.Add(1)
+		return nil
+	})
+	return na.Load(), nb.Load()
 }
 
 // parallel runs f(0..n-1) in n goroutines released together.

@@ -1,9 +1,7 @@
 package leakytest
 
 import (
-	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,23 +77,7 @@ func windowTables() []table {
 // and counts the admitted: exactly the limit.
 func testConcurrentWindows(t *testing.T, newStore NewStore) {
 	for _, l := range []leaky.Limit{Sliding(100, time.Hour, time.Minute), Fixed(100, time.Hour)} {
-		t.Run(l.Algorithm.String(), func(t *testing.T) {
-			s := newStore(t)
-			var admitted atomic.Int64
-			parallel(t, workers, func(int) error {
-				results := make([]leaky.Result, 1)
-				if err := s.Apply(context.Background(), T0, []leaky.Bucket{bucket("hot", l, 1)}, results); err != nil {
-					return err
-				}
-				if results[0].Admitted {
-					admitted.Add(1)
-				}
-				return nil
-			})
-			if got := admitted.Load(); got != 100 {
-				t.Fatalf("%d concurrent calls on %v admitted %d, want exactly 100", workers, l, got)
-			}
-		})
+		t.Run(l.Algorithm.String(), func(t *testing.T) { raceOneBucket(t, newStore(t), l) })
 	}
 }
 
@@ -107,24 +89,9 @@ func testConcurrentMixed(t *testing.T, s Store) {
 	user := Sliding(50, time.Hour, time.Minute)
 	trade := Fixed(10, time.Hour)
 	view := leaky.Limit{Size: 1000, DripRate: time.Hour, DripSize: 1}
-	var trades, views atomic.Int64
-	parallel(t, workers, func(i int) error {
-		buckets := []leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=trade", trade, 1)}
-		count := &trades
-		if i%2 == 1 {
-			buckets[1] = bucket("mx|user=alex|action=view", view, 1)
-			count = &views
-		}
-		results := make([]leaky.Result, 2)
-		if err := s.Apply(context.Background(), T0, buckets, results); err != nil {
-			return err
-		}
-		if results[0].Admitted && results[1].Admitted {
-			count.Add(1)
-		}
-		return nil
-	})
-	tr, vw := trades.Load(), views.Load()
+	tr, vw := racePaths(t, s,
+		[]leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=trade", trade, 1)},
+		[]leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=view", view, 1)})
 	if tr != 10 || tr+vw != 50 {
 		t.Fatalf("admitted %d trades and %d views, want exactly 10 trades and 50 in all", tr, vw)
 	}
