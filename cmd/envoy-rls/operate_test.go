@@ -513,3 +513,18 @@ func TestServeExitsWhenAServerFails(t *testing.T) {
 		t.Fatal("serve did not return within 10s after its server failed")
 	}
 }
+
+// TestRateLimitAlgorithmFlag: -rate-limit-algorithm reaches the config the
+// service loads: the default config's rate_limit blocks become fixed
+// windows, while its leaky buckets stay.
+func TestRateLimitAlgorithmFlag(t *testing.T) {
+	s := startServe(t, "-config", "../../config", "-rate-limit-algorithm", "fixed_window")
+	st, body := s.admin(t, "/config")
+	if st != 200 || !strings.Contains(body, `"value": "read",
+              "limit": {
+                "algorithm": "fixed_window",
+                "limit": 100,
+                "window": "1m0s",`) || !strings.Contains(body, `"algorithm": "leaky_bucket"`) {
+		t.Fatalf("/config: %d\n%s", st, body)
+	}
+}

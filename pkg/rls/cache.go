@@ -12,10 +12,10 @@ import (
 // overLimitCache remembers, for a while, the buckets the store found over
 // their limit, so that calls for them are rejected without asking the store.
 //
-// This is exact for leaky buckets: when the store says a bucket lacks room
-// for n hits until reset, nothing but time makes room (other replicas can
-// only fill it), so every call for n or more hits before then would be
-// rejected too. The entry runs from the time read before the store was
+// This is exact for every algorithm: when the store says a bucket or a
+// window lacks room for n hits until reset, nothing but time makes room
+// (other replicas can only fill it), so every call for n or more hits
+// before then would be rejected too. The entry runs from the time read before the store was
 // asked, so it ends no later than the store's answer. Refunds make room
 // without time: a refund through this replica drops the entry; refunds
 // through others are not seen here (see the README). A new config starts a
