@@ -37,6 +37,11 @@ descriptors:
   - {key: path, value: "/files/*.png", share_threshold: true, rate_limit: {unit: hour, requests_per_unit: 1000}}
 `,
 	"domain: api\ndescriptors:\n  - key: user\n    leaky_bucket: &small {size: 5, drip_rate: 1s}\n  - key: client\n    leaky_bucket: *small\n",
+	windowsConfig,
+	"domain: api\nrate_limit_algorithm: sliding_window\ndescriptors:\n  - {key: a, rate_limit: {unit: year, requests_per_unit: 1, unit_multiplier: 4294967295}}\n",
+	// windows at their edges, and lists gone wrong
+	"domain: api\ndescriptors:\n  - {key: a, sliding_window: {limit: 1099511627777, window: 876001h, resolution: 1us}}\n",
+	"domain: api\ndescriptors:\n  - {key: a, limits: [{}, {name: x}, {fixed_window: {limit: 1, window: 1s}, leaky_bucket: {size: 1, drip_rate: 1s}}], rate_limit: {unlimited: true}}\n",
 	// a limit replacing itself
 	"domain: api\ndescriptors:\n  - key: user\n    name: x\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: x}]}\n",
 	// a second document, valid or not

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
 // fuzzSeeds are requests of every kind: plain, merged, peeks, refunds,
@@ -53,8 +55,26 @@ func fuzzSeeds() []*rlsv3.RateLimitRequest {
 		request("api", desc("user=a", long+"=v")),
 		request("api", desc("user="+long)),
 		request(long, desc("user=a")),
+		// Windows, several limits per node, a limit sent by Envoy that
+		// becomes a sliding window, refunds and huge hits.
+		request("win", desc("user=a"), withLimit(desc("user=b"), 2, typev3.RateLimitUnit_SECOND)),
+		request("win", withHits(desc("user=a"), 2, true), withHits(desc("user=a"), 1<<40, false)),
 	}
 }
+
+// fuzzWindows is a domain of windows beside the test config's.
+const fuzzWindows = `
+domain: win
+rate_limit_algorithm: sliding_window
+descriptors:
+  - key: user
+    limits:
+      - sliding_window: {limit: 3, window: 10s, resolution: 1s}
+      - fixed_window: {limit: 5, window: 1m}
+      - rate_limit: {unit: second, requests_per_unit: 4}
+      - leaky_bucket: {size: 2, drip_rate: 1s}
+        shadow_mode: true
+`
 
 // FuzzShouldRateLimit: any bytes, read as a request (protobuf, or the
 // JSON of /json), are answered with one status per descriptor or refused
@@ -76,7 +96,11 @@ func FuzzShouldRateLimit(f *testing.F) {
 	}
 	// The memory store, the test config and the over-limit cache: the
 	// whole path of a call.
-	svc, clk := newService(f, Options{OverLimitCacheSize: 1000, OverLimitCacheBytes: 1 << 20})
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "test.yaml", Data: []byte(testConfig)}, descriptors.Source{Name: "win.yaml", Data: []byte(fuzzWindows)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc, clk := newService(f, Options{Config: cfg, OverLimitCacheSize: 1000, OverLimitCacheBytes: 1 << 20})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req rlsv3.RateLimitRequest
 		if proto.Unmarshal(data, &req) != nil && protojson.Unmarshal(data, &req) != nil {
