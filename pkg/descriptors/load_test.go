@@ -118,7 +118,7 @@ func TestParseRejects(t *testing.T) {
 		{"descriptor not a mapping", "domain: api\ndescriptors:\n  - user\n", `bad.yaml:3: descriptors[0]: must be a mapping of fields, got "user"`},
 		{"missing key", "domain: api\ndescriptors:\n  - value: x\n", "bad.yaml:3: descriptors[0].key: is required"},
 		{"empty key", "domain: api\ndescriptors:\n  - key: \"\"\n", "bad.yaml:3: descriptors[0].key: must not be empty"},
-		{"duplicate sibling", "domain: api\ndescriptors:\n  - key: user\n  - key: user\n    value: \"*\"\n",
+		{"duplicate sibling", "domain: api\ndescriptors:\n  - key: user\n  - key: user\n    name: again\n",
 			`bad.yaml:4: descriptors[1]: duplicate descriptor: key "user" with any value is already defined on line 3`},
 		{"duplicate nested sibling", "domain: api\ndescriptors:\n  - key: user\n    descriptors:\n      - {key: a, value: x}\n      - {key: a, value: x}\n",
 			`bad.yaml:6: descriptors[0].descriptors[1]: duplicate descriptor: key "a" with value "x"`},

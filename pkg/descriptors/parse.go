@@ -315,7 +315,31 @@ func (r *reader) descriptorList(n *yaml.Node, up *rawNode) []*rawNode {
 		}
 		nodes = append(nodes, d)
 	}
+	r.checkShadowedByStar(nodes, seen)
 	return nodes
+}
+
+// checkShadowedByStar warns of a descriptor without a value beside one of
+// the same key with value "*": the "*" wildcard matches every value first,
+// so the other never applies (envoyproxy/ratelimit reads them alike).
+func (r *reader) checkShadowedByStar(nodes []*rawNode, seen map[[2]string]*rawNode) {
+	for _, n := range nodes {
+		if n.value != "" {
+			continue
+		}
+		star := seen[[2]string{n.key, "*"}]
+		if seen == nil {
+			for _, s := range nodes {
+				if s.key == n.key && s.value == "*" {
+					star = s
+				}
+			}
+		}
+		if star != nil {
+			r.addWarning(Problem{Line: n.line, Field: n.path(),
+				Msg: fmt.Sprintf("never applies: its sibling with value \"*\" (line %d) matches every value of key %q first, as in envoyproxy/ratelimit", star.line, clip(n.key))})
+		}
+	}
 }
 
 func describeValue(v string) string {
@@ -394,9 +418,10 @@ func init() {
 		}),
 		fieldOf("value", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
 			var ok bool
-			if d.value, ok = r.text(f.value, p); d.value == "*" {
-				d.value = "" // "*" and no value both match any value
-			}
+			// "*" is a wildcard that matches every value, as in
+			// envoyproxy/ratelimit: it comes before a sibling without a
+			// value, and share_threshold makes its values share a bucket.
+			d.value, ok = r.text(f.value, p)
 			return ok
 		}),
 		fieldOf("limits", func(r *reader, f field, p *fieldPath, d *rawNode) bool {

@@ -38,28 +38,7 @@ type Level struct {
 // for descriptors of up to 16 entries.
 func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 	var nodeBuf [16]*node
-	nodes := nodeBuf[:0]
-	lv := d.root
-	unlimited := false
-	for _, e := range entries {
-		n := lv.match(e.Key, e.Value)
-		if n == nil {
-			break
-		}
-		unlimited = unlimited || n.unlimited
-		nodes = append(nodes, n)
-		lv = n.children
-	}
-	// The nodes whose limits apply: every one on the walk, or in leaf mode
-	// only the node for the last entry, if the walk got that far.
-	first := 0
-	if d.leaf {
-		first = len(nodes)
-		if len(nodes) == len(entries) {
-			first = len(nodes) - 1
-			unlimited = nodes[first].unlimited
-		}
-	}
+	nodes, first, unlimited := d.walk(entries, nodeBuf[:0])
 	if unlimited {
 		return dst
 	}
@@ -125,6 +104,40 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 		dst = append(dst, Level{Key: key, Rule: override})
 	}
 	return dst
+}
+
+// walk follows the entries down the tree, appending each node matched to
+// nodes, and returns them with the first whose limits apply (in leaf mode
+// only the last entry's node, if the walk got that far) and whether an
+// unlimited node makes the descriptor unlimited.
+func (d *Domain) walk(entries []Entry, nodes []*node) (_ []*node, first int, unlimited bool) {
+	lv := d.root
+	for _, e := range entries {
+		n := lv.match(e.Key, e.Value)
+		if n == nil {
+			break
+		}
+		unlimited = unlimited || n.unlimited
+		nodes = append(nodes, n)
+		lv = n.children
+	}
+	if d.leaf {
+		first = len(nodes)
+		if len(nodes) == len(entries) {
+			first = len(nodes) - 1
+			unlimited = nodes[first].unlimited
+		}
+	}
+	return nodes, first, unlimited
+}
+
+// Unlimited reports whether a descriptor is allow-listed: a node with
+// rate_limit {unlimited: true} is on its walk (in leaf mode, is the node of
+// its last entry), so that no level of it is checked.
+func (d *Domain) Unlimited(entries []Entry) bool {
+	var nodeBuf [16]*node
+	_, _, unlimited := d.walk(entries, nodeBuf[:0])
+	return unlimited
 }
 
 // partLen returns the length of the key part of entry i: the node's own

@@ -47,6 +47,9 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			all.add(l.Rule, r)
 		}
 		v.status(&b.statuses[i])
+		if w.unlimited[i] {
+			b.statuses[i].st.LimitRemaining = math.MaxUint32
+		}
 		if v.over {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -104,10 +107,14 @@ func newResponse(n int) *response {
 func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
 	n := len(w.starts) - 1
 	b := newResponse(n)
-	if mode != FailDeny {
-		return &b.resp
-	}
 	for i := range n {
+		if w.unlimited[i] {
+			b.statuses[i].st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		if mode != FailDeny {
+			continue
+		}
 		var deepest *descriptors.Rule
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
 			if b := w.bucketOf[j]; b >= 0 && !w.buckets[b].Shadow {

@@ -249,7 +249,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 	defer func() { w.reset(); s.work.Put(w) }()
 	w.resolve(d, req, s.shadow)
 	if len(w.buckets) == 0 {
-		return allOK(len(req.GetDescriptors())), domain, nil
+		return s.respond(d, w), domain, nil // OK: no limit, or allow-listed
 	}
 	if err := s.caps.checkBuckets(len(w.buckets)); err != nil {
 		return nil, domain, err
@@ -258,6 +258,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 	now := s.clock()
 	if fromCache(g.cache, w, now) {
 		s.observer.CacheHit()
+		s.peekUnanswered(ctx, now, w)
 		return s.respond(d, w), domain, nil
 	}
 	if err := s.apply(ctx, now, w); err != nil {

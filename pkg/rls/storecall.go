@@ -2,14 +2,23 @@ package rls
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
-// apply asks the store, within its budget (storeBudget).
+// apply asks the store to decide the request's buckets, within its budget
+// (storeBudget).
 func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
+	return s.call(ctx, now, w.buckets, w.results)
+}
+
+// call asks the store, within its budget.
+func (s *Service) call(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
 	if s.storeTimeout > 0 {
 		budget := storeBudget(ctx, s.storeTimeout, s.margin)
 		if budget <= 0 {
@@ -22,7 +31,7 @@ func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
 		defer cancel()
 	}
 	start := time.Now()
-	err := s.store.Apply(ctx, now, w.buckets, w.results)
+	err := s.store.Apply(ctx, now, buckets, results)
 	s.observer.Store(time.Since(start), err)
 	return err
 }
@@ -85,4 +94,40 @@ func (t *throttle) do(f func(suppressed int)) {
 		return
 	}
 	f(int(t.suppressed.Swap(0)))
+}
+
+// peekUnanswered asks the store, without charging, for the figures of the
+// descriptors the over-limit cache did not answer: the request is rejected
+// either way, but each descriptor's status carries its limit and what
+// remains, as when the store decides. Descriptors the cache answered need
+// no call, so a client hammering one over-limit descriptor costs the store
+// nothing. If the store fails, those statuses go without figures.
+func (s *Service) peekUnanswered(ctx context.Context, now time.Time, w *work) {
+	var peek []int // buckets to ask for
+	for i := 0; i+1 < len(w.starts); i++ {
+		levels := w.bucketOf[w.starts[i]:w.starts[i+1]]
+		if slices.ContainsFunc(levels, func(k int) bool { return k >= 0 && !w.skipped[k] }) {
+			continue // answered from the cache
+		}
+		for _, k := range levels {
+			if k >= 0 && !slices.Contains(peek, k) {
+				peek = append(peek, k)
+			}
+		}
+	}
+	if len(peek) == 0 {
+		return
+	}
+	buckets, results := make([]leaky.Bucket, len(peek)), make([]leaky.Result, len(peek))
+	for n, k := range peek {
+		buckets[n] = w.buckets[k]
+		buckets[n].Hits = 0
+	}
+	if err := s.call(ctx, now, buckets, results); err != nil {
+		s.log.Debug("rate-limit store failed on a peek for a rejected request's other descriptors", "err", err)
+		return
+	}
+	for n, k := range peek {
+		w.results[k], w.skipped[k] = results[n], false
+	}
 }

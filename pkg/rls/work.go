@@ -20,6 +20,9 @@ type work struct {
 	results  []leaky.Result
 	skipped  []bool         // buckets not decided: the cache rejected the request first
 	index    map[string]int // bucket of each key, once there are more than scanBuckets
+	// unlimited marks the allow-listed descriptors, answered with the
+	// most a limit_remaining holds, as envoyproxy/ratelimit answers them.
+	unlimited []bool
 }
 
 // scanBuckets is how many buckets addBucket searches one by one; beyond, a
@@ -29,7 +32,7 @@ const scanBuckets = 8
 func (w *work) reset() {
 	clear(w.levels) // drop references to keys and rules
 	clear(w.buckets)
-	w.entries, w.levels, w.starts = w.entries[:0], w.levels[:0], w.starts[:0]
+	w.entries, w.levels, w.starts, w.unlimited = w.entries[:0], w.levels[:0], w.starts[:0], w.unlimited[:0]
 	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
 	clear(w.index)
 }
@@ -46,8 +49,12 @@ func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shado
 			override = overrideRule(o, d.RateLimitAlgorithm)
 		}
 		w.entries = entriesOf(desc, w.entries[:0])
+		before := len(w.levels)
 		w.levels = d.Resolve(w.entries, override, w.levels)
 		w.starts = append(w.starts, len(w.levels))
+		// No level: unknown to the config, or allow-listed (a second walk,
+		// only then).
+		w.unlimited = append(w.unlimited, len(w.levels) == before && d.Unlimited(w.entries))
 	}
 	var replaced map[string]bool
 	if d.HasReplaces() {
