@@ -23,50 +23,52 @@ var minMemoryBytesFlag = byteSize(minMemoryBytes)
 
 // settings are the serve command's flags, after the environment.
 type settings struct {
-	config            string
-	grpcAddr          string
-	httpAddr          string
-	adminAddr         string
-	httpJSON          optionalBool
-	store             choice[storeKind]
-	redisURL          string
-	redisPasswordFile string
-	redisCluster      bool
-	redisMode         choice[redis.Mode]
-	sentinelMaster    string
-	sentinelAddrs     string
-	sentinelPassword  string
-	redisTLSCA        string
-	redisTLSCert      string
-	redisTLSKey       string
-	redisPoolSize     int
-	redisDialTimeout  time.Duration
-	redisReadTimeout  time.Duration
-	redisWriteTimeout time.Duration
-	redisKeyPrefix    string
-	pprof             bool
-	pipelineLimit     int
-	pipelineWindow    time.Duration
-	memoryMaxBuckets  int
-	memoryMaxBytes    byteSize
-	maxDescriptors    int
-	maxEntries        int
-	maxEntryBytes     int
-	responseHeaders   choice[rls.Headers]
-	logLevel          choice[slog.Level]
-	logFormat         choice[logFormat]
-	shutdownTimeout   time.Duration
-	shutdownDelay     time.Duration
-	watchConfig       bool
-	failureMode       choice[failureMode]
-	storeTimeout      time.Duration
-	localCacheSize    int
-	shadowMode        bool
-	nearLimitRatio    float64
-	grpcTLSCert       string
-	grpcTLSKey        string
-	grpcTLSClientCA   string
-	rateLimitAlgo     choice[leaky.Algorithm]
+	config              string
+	grpcAddr            string
+	httpAddr            string
+	adminAddr           string
+	httpJSON            optionalBool
+	store               choice[storeKind]
+	redisURL            string
+	redisPasswordFile   string
+	redisCluster        bool
+	redisMode           choice[redis.Mode]
+	sentinelMaster      string
+	sentinelAddrs       string
+	sentinelPassword    string
+	redisTLSCA          string
+	redisTLSCert        string
+	redisTLSKey         string
+	redisPoolSize       int
+	redisDialTimeout    time.Duration
+	redisReadTimeout    time.Duration
+	redisWriteTimeout   time.Duration
+	redisKeyPrefix      string
+	pprof               bool
+	pipelineLimit       int
+	pipelineWindow      time.Duration
+	memoryMaxBuckets    int
+	memoryMaxBytes      byteSize
+	maxDescriptors      int
+	maxEntries          int
+	maxEntryBytes       int
+	responseHeaders     choice[rls.Headers]
+	logLevel            choice[slog.Level]
+	logFormat           choice[logFormat]
+	shutdownTimeout     time.Duration
+	shutdownDelay       time.Duration
+	watchConfig         bool
+	failureMode         choice[failureMode]
+	storeTimeout        time.Duration
+	localCacheSize      int
+	shadowMode          bool
+	nearLimitRatio      float64
+	grpcTLSCert         string
+	grpcTLSKey          string
+	grpcTLSClientCA     string
+	grpcMaxConnAge      time.Duration
+	grpcMaxConnAgeGrace time.Duration
+	rateLimitAlgo       choice[leaky.Algorithm]
 }
 
 // algorithmFlag is the -rate-limit-algorithm flag's value.
@@ -187,6 +189,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.grpcTLSCert, "grpc-tls-cert", "", "PEM `file` of the gRPC server's certificate: serve TLS (reloaded when it changes)")
 	fs.StringVar(&s.grpcTLSKey, "grpc-tls-key", "", "PEM `file` of the gRPC server's key")
 	fs.StringVar(&s.grpcTLSClientCA, "grpc-tls-client-ca", "", "PEM `file` of the CA of client certificates: require them (mutual TLS)")
+	fs.DurationVar(&s.grpcMaxConnAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection (GOAWAY, ±10% jitter) after this long, so that clients such as Envoy spread over new replicas; 0 keeps connections for ever")
+	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "after -grpc-max-connection-age, how long the calls in flight may take before the connection is closed anyway")
 	return fs, s
 }
 
@@ -249,6 +253,8 @@ func (s *settings) check() error {
 		return fmt.Errorf("-max-descriptors, -max-entries and -max-entry-bytes must be at least 1")
 	case s.pprof && s.adminAddr == "":
 		return fmt.Errorf("-pprof serves on the admin address: it needs -admin-addr")
+	case s.grpcMaxConnAge < 0 || s.grpcMaxConnAgeGrace < 0:
+		return fmt.Errorf("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative")
 	case s.shutdownTimeout <= 0:
 		return fmt.Errorf("-shutdown-timeout: must be positive, got %s", s.shutdownTimeout)
 	case s.shutdownDelay < 0:

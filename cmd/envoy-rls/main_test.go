@@ -202,11 +202,15 @@ func TestServe(t *testing.T) {
 	if st := resp.GetStatuses()[0]; resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || st.GetCurrentLimit().GetName() != "trades_per_user" || st.GetLimitRemaining() != 4 {
 		t.Fatalf("unexpected response %v", resp)
 	}
-	health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
-	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health: %v %v", health, err)
+	// envoyproxy/ratelimit's probes too: gRPC health of "ratelimit" and
+	// GET /healthcheck.
+	for _, name := range []string{"envoy.service.ratelimit.v3.RateLimitService", "ratelimit"} {
+		health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: name})
+		if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health of %q: %v %v", name, health, err)
+		}
 	}
-	for _, path := range []string{"/healthz", "/readyz"} {
+	for _, path := range []string{"/healthz", "/readyz", "/healthcheck"} {
 		r, err := http.Get("http://" + httpAddr.String() + path)
 		if err != nil || r.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %v %v", path, r, err)

@@ -60,8 +60,14 @@ func (l *lockedBuffer) String() string {
 // listens.
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startServeWith(t, net.Listen, args...)
+}
+
+// startServeWith is startServe listening through listen.
+func startServeWith(t *testing.T, listen func(network, addr string) (net.Listener, error), args ...string) *server {
+	t.Helper()
 	s := &server{stderr: &lockedBuffer{}, exit: make(chan int, 1)}
-	a := &app{stdout: io.Discard, stderr: s.stderr, listen: net.Listen, lookupEnv: func(string) (string, bool) { return "", false }}
+	a := &app{stdout: io.Discard, stderr: s.stderr, listen: listen, lookupEnv: func(string) (string, bool) { return "", false }}
 	addrs := make(chan listenAddrs, 1)
 	a.ready = func(l listenAddrs) { addrs <- l }
 	ctx, cancel := context.WithCancel(context.Background())
@@ -369,6 +375,9 @@ func TestShutdownDrains(t *testing.T) {
 	if st, _ := s.get(t, "/readyz"); st != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while draining: %d, want 503", st)
 	}
+	if st, _ := s.get(t, "/healthcheck"); st != http.StatusInternalServerError {
+		t.Errorf("/healthcheck while draining: %d, want 500, as envoyproxy/ratelimit", st)
+	}
 	if got := code(t, c, rateRequest("api", "user=a")); got != rlsv3.RateLimitResponse_OK || time.Since(start) > time.Second {
 		t.Fatalf("a call while draining: %v after %s", got, time.Since(start))
 	}
@@ -526,5 +535,47 @@ func TestRateLimitAlgorithmFlag(t *testing.T) {
                 "limit": 100,
                 "window": "1m0s",`) || !strings.Contains(body, `"algorithm": "leaky_bucket"`) {
 		t.Fatalf("/config: %d\n%s", st, body)
+	}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// TestMaxConnectionAge: past -grpc-max-connection-age the server closes a
+// client's connection, and the client's next call comes on a new one, which
+// a new replica behind a load balancer could have taken.
+func TestMaxConnectionAge(t *testing.T) {
+	var grpcLis *countingListener
+	listen := func(network, addr string) (net.Listener, error) {
+		l, err := net.Listen(network, addr)
+		if err == nil && grpcLis == nil {
+			grpcLis = &countingListener{Listener: l} // the first is gRPC's
+			return grpcLis, nil
+		}
+		return l, err
+	}
+	s := startServeWith(t, listen, "-config", "../../config", "-grpc-max-connection-age", "300ms", "-grpc-max-connection-age-grace", "100ms")
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	code(t, c, rateRequest("api", "user=a"))
+	time.Sleep(time.Second)
+	code(t, c, rateRequest("api", "user=a"))
+	if n := grpcLis.accepted.Load(); n < 2 {
+		t.Fatalf("%d connections accepted for two calls a second apart, want 2: the first was not closed at its age", n)
 	}
 }

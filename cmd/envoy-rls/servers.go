@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/health"
 
 	"github.com/envoy-rls/envoy-rls/pkg/certs"
@@ -56,6 +57,12 @@ type servers struct {
 // shutdown. Nothing listens if one address cannot be had.
 func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, hs *health.Server, metrics http.Handler, log *slog.Logger) (*servers, error) {
 	var grpcOpts []grpc.ServerOption
+	if s.grpcMaxConnAge > 0 {
+		// Envoy keeps its connections to the replicas it first found; an
+		// age makes it reconnect now and then, so new replicas get calls.
+		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge: s.grpcMaxConnAge, MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace}))
+	}
 	if s.grpcTLSCert != "" {
 		tlsFiles, err := certs.NewServer(s.grpcTLSCert, s.grpcTLSKey, s.grpcTLSClientCA, log)
 		if err != nil {

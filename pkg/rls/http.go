@@ -24,8 +24,11 @@ const MaxJSONBody = 1 << 20
 
 // HTTPHandler serves the service's public HTTP endpoints:
 //
-//	GET  /healthz  200 while the process answers (liveness)
-//	GET  /readyz   200 while hs reports SERVING, else 503 (readiness)
+//	GET  /healthz      200 while the process answers (liveness)
+//	GET  /readyz       200 while hs reports SERVING, else 503 (readiness)
+//	GET  /healthcheck  200 "OK" while hs reports SERVING, else 500: the
+//	                   probe envoyproxy/ratelimit serves, which Envoy Gateway
+//	                   and Istio's sample use
 //	GET  /metrics  metrics, if a handler is given
 //	POST /json     a RateLimitRequest in protojson: 200 with the response
 //	               when OK, 429 when over the limit, 400 for bad input,
@@ -38,12 +41,18 @@ func HTTPHandler(svc *Service, hs *health.Server, metrics http.Handler, json boo
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		if !serving(r, hs) {
 			http.Error(w, "not serving", http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		if !serving(r, hs) {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("OK"))
 	})
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
@@ -56,6 +65,12 @@ func HTTPHandler(svc *Service, hs *health.Server, metrics http.Handler, json boo
 		})
 	}
 	return mux
+}
+
+// serving reports whether hs says the server serves.
+func serving(r *http.Request, hs *health.Server) bool {
+	resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
 // AdminHandler serves the endpoints for operators, which belong on a

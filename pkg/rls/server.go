@@ -14,6 +14,10 @@ import (
 // grpc.health.v1.
 const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// HealthName is the name envoyproxy/ratelimit gives its service in
+// grpc.health.v1, which probes written for it ask about.
+const HealthName = "ratelimit"
+
 // NewGRPCServer returns a gRPC server with svc, the health service hs and
 // reflection (for grpcurl and the like) registered, and handler panics
 // turned into Internal errors.
@@ -26,8 +30,8 @@ func NewGRPCServer(svc *Service, hs *health.Server, log *slog.Logger, opts ...gr
 	return g
 }
 
-// SetServing marks the overall server ("") and the rate-limit service as
-// serving or not in hs.
+// SetServing marks the overall server (""), the rate-limit service and
+// HealthName as serving or not in hs.
 func SetServing(hs *health.Server, serving bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if serving {
@@ -35,4 +39,5 @@ func SetServing(hs *health.Server, serving bool) {
 	}
 	hs.SetServingStatus("", st)
 	hs.SetServingStatus(ServiceName, st)
+	hs.SetServingStatus(HealthName, st)
 }
