@@ -53,3 +53,18 @@ func TestShareThresholdOnStar(t *testing.T) {
 		t.Errorf("alice %v, bob %v: want one shared bucket api|user=*", a, b)
 	}
 }
+
+// TestMoreEntriesThanTheTree: with limits on leaves only, a request with
+// more entries than its path has nodes gets the limits it matched, where
+// envoyproxy/ratelimit (match: leaf) applies none (docs/migration.md).
+func TestMoreEntriesThanTheTree(t *testing.T) {
+	for match, want := range map[string]int{"all": 1, "leaf": 0} {
+		c, _, err := Parse(Source{Name: "a.yaml", Data: []byte("domain: api\nmatch: " + match + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Domain("api").Resolve(entries("user=alice", "extra=1"), nil, nil); len(got) != want {
+			t.Errorf("match: %s: %v, want %d levels", match, got, want)
+		}
+	}
+}

@@ -79,3 +79,30 @@ func TestOverLimitCacheGivesTheOthersTheirFigures(t *testing.T) {
 		t.Fatalf("bob afterwards: %s, want 9 left: the check charged nothing", got)
 	}
 }
+
+// TestShadowBelowALimit: a shadow limit never rejects, but without
+// match: leaf the level above it still counts (docs/migration.md).
+func TestShadowBelowALimit(t *testing.T) {
+	const tree = `descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+    descriptors:
+      - key: action
+        shadow_mode: true
+        rate_limit: {unit: hour, requests_per_unit: 0}
+`
+	for match, want := range map[string]string{"all": "OVER_LIMIT", "leaf": "OK"} {
+		svc, _ := newService(t, Options{Config: loadConfig(t, "domain: api\nmatch: "+match+"\n"+tree)})
+		var got rlsv3.RateLimitResponse_Code
+		for range 2 {
+			resp, err := svc.ShouldRateLimit(context.Background(), request("api", desc("user=a", "action=x")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = resp.GetOverallCode()
+		}
+		if got.String() != want {
+			t.Errorf("match: %s, second call: %v, want %s", match, got, want)
+		}
+	}
+}
