@@ -18,7 +18,7 @@ import (
 )
 
 func main() {
-	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, listen: net.Listen}
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, environ: os.Environ, listen: net.Listen}
 	os.Exit(a.run(context.Background(), os.Args[1:]))
 }
 
@@ -27,6 +27,7 @@ func main() {
 type app struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
+	environ        func() []string // nil: no variables to check
 	listen         func(network, addr string) (net.Listener, error)
 	// ready, if set, is called once the service listens and its health
 	// status is known.

@@ -31,6 +31,13 @@ func testApp(env map[string]string) (*app, *bytes.Buffer, *bytes.Buffer) {
 			v, ok := env[k]
 			return v, ok
 		},
+		environ: func() []string {
+			var kv []string
+			for k, v := range env {
+				kv = append(kv, k+"="+v)
+			}
+			return kv
+		},
 	}, &stdout, &stderr
 }
 

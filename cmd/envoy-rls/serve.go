@@ -30,6 +30,11 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	log := s.logger(a.stderr)
+	if a.environ != nil {
+		for _, w := range unknownSettings(a.environ(), settingsFlagSet()) {
+			log.Warn(w)
+		}
+	}
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
 

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// unknownSettings returns a warning for each RLS_ variable of environ that
+// sets no flag of fs: a misspelt setting would otherwise be silently
+// ignored. The closest flag's variable is suggested.
+func unknownSettings(environ []string, fs *flag.FlagSet) []string {
+	known := map[string]bool{}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		known[envName(f.Name)] = true
+		names = append(names, envName(f.Name))
+	})
+	var warnings []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "RLS_") || known[name] || testOnlyVariables[name] {
+			continue
+		}
+		msg := fmt.Sprintf("%s is set, but envoy-rls has no such setting: it has no effect", name)
+		if near := closest(name, names); near != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		warnings = append(warnings, msg)
+	}
+	sort.Strings(warnings)
+	return warnings
+}
+
+// testOnlyVariables are read by the project's tests, not by the service.
+var testOnlyVariables = map[string]bool{"RLS_REQUIRE_REDIS": true, "RLS_MEASURE": true}
+
+// closest returns the name of names nearest to name, if it is near enough
+// to be a misspelling (at most a third of its letters differ).
+func closest(name string, names []string) string {
+	best, bestDist := "", len(name)/3+1
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// settingsFlagSet is serve's flag set, for its names.
+func settingsFlagSet() *flag.FlagSet {
+	fs, _ := newFlagSet(io.Discard)
+	return fs
+}
