@@ -189,8 +189,8 @@ func TestDockerfile(t *testing.T) {
 		"RUN":         "CGO_ENABLED=0 go build",
 		"USER":        "65532:65532",
 		"EXPOSE":      "8081 8080",
-		"HEALTHCHECK": `CMD ["/envoy-rls", "healthcheck"]`,
-		"ENTRYPOINT":  `["/envoy-rls"]`,
+		"HEALTHCHECK": `CMD ["/bin/envoy-rls", "healthcheck"]`,
+		"ENTRYPOINT":  `["/bin/envoy-rls"]`,
 		"COPY":        "config /config",
 	} {
 		if got := dockerfileLines(t, "../Dockerfile", instruction); !strings.Contains(got, want) {
@@ -351,3 +351,39 @@ func toStrings(v any) []string {
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// TestReleaseWorkflow: the release workflow parses, and passes the build
+// arguments the Dockerfile stamps the version with.
+func TestReleaseWorkflow(t *testing.T) {
+	data, err := os.ReadFile("../.github/workflows/release.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		On   map[string]any `yaml:"on"`
+		Jobs map[string]struct {
+			Steps []struct {
+				Uses string            `yaml:"uses"`
+				With map[string]string `yaml:"with"`
+			} `yaml:"steps"`
+		} `yaml:"jobs"`
+	}
+	if err := yaml.Unmarshal(data, &wf); err != nil {
+		t.Fatal(err)
+	}
+	var buildArgs string
+	for _, st := range wf.Jobs["image"].Steps {
+		if strings.HasPrefix(st.Uses, "docker/build-push-action") {
+			buildArgs = st.With["build-args"]
+		}
+	}
+	args := dockerfileLines(t, "../Dockerfile", "ARG")
+	for _, name := range []string{"VERSION", "COMMIT"} {
+		if !strings.Contains(buildArgs, name+"=") || !strings.Contains(args, name+"=") {
+			t.Errorf("%s: build-args %q, Dockerfile ARG %q", name, buildArgs, args)
+		}
+	}
+	if wf.On["push"] == nil {
+		t.Errorf("the workflow runs on %v, want tag pushes", wf.On)
+	}
+}

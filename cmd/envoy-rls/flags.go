@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,7 +71,20 @@ type settings struct {
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
 	rateLimitAlgo       choice[leaky.Algorithm]
+	env                 choice[envKind]
+	// envWarnings are the reference's variables read without their
+	// effect, to log once the logger is made.
+	envWarnings []string
 }
+
+// envKind is the -env flag: whose environment variables are read beside
+// the RLS_ ones.
+type envKind int
+
+const (
+	rlsEnv envKind = iota
+	referenceEnv
+)
 
 // algorithmFlag is the -rate-limit-algorithm flag's value.
 func algorithmFlag() choice[leaky.Algorithm] {
@@ -141,11 +156,13 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 			{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}},
 		logFormat:     choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
 		rateLimitAlgo: algorithmFlag(),
+		env:           choice[envKind]{rlsEnv, []option[envKind]{{"rls", rlsEnv}, {"envoyproxy", referenceEnv}}},
 	}
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
 	fs.Var(&s.rateLimitAlgo, "rate-limit-algorithm", algorithmUsage)
+	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, /debug/pprof/ with -pprof); keep it private; empty turns it off")
@@ -196,7 +213,11 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 
 // parseFlags reads the flags, then RLS_* variables for the flags not given,
 // and checks the values.
-func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.Writer) (*settings, error) {
+//
+// With reference set (the binary runs as ratelimit), or -env envoyproxy,
+// envoyproxy/ratelimit's variables then set the flags neither given nor
+// set by an RLS_ variable.
+func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.Writer, reference bool) (*settings, error) {
 	fs, s := newFlagSet(output)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -207,7 +228,33 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 	if err := applyEnv(fs, lookupEnv); err != nil {
 		return nil, err
 	}
+	if reference || s.env.value == referenceEnv {
+		if err := applyEnvoyproxyEnv(fs, s, lookupEnv); err != nil {
+			return nil, err
+		}
+	}
 	return s, s.check()
+}
+
+// applyEnvoyproxyEnv sets the flags not yet set from envoyproxy/ratelimit's
+// variables.
+func applyEnvoyproxyEnv(fs *flag.FlagSet, s *settings, lookupEnv func(string) (string, bool)) error {
+	ref, err := readEnvoyproxyEnv(lookupEnv)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true }) // given, or set by RLS_ variables
+	for _, name := range slices.Sorted(maps.Keys(ref.flags)) {
+		if set[name] {
+			continue
+		}
+		if err := fs.Set(name, ref.flags[name]); err != nil {
+			return fmt.Errorf("envoyproxy/ratelimit's environment: -%s %q: %v", name, ref.flags[name], err)
+		}
+	}
+	s.envWarnings = ref.warnings
+	return nil
 }
 
 // applyEnv sets each flag not given on the command line from its RLS_*

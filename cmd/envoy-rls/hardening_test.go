@@ -152,7 +152,7 @@ func TestByteSizeFlag(t *testing.T) {
 
 func TestHardeningFlags(t *testing.T) {
 	env := map[string]string{"RLS_MEMORY_MAX_BYTES": "64MiB", "RLS_HTTP_JSON": "false"}
-	s, err := parseFlags([]string{"-max-descriptors", "8"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+	s, err := parseFlags([]string{"-max-descriptors", "8"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestHardeningFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-memory-max-bytes", "1KiB"}, {"-max-descriptors", "0"}, {"-max-entries", "-1"}, {"-http-json=maybe"},
 	} {
-		if _, err := parseFlags(args, func(string) (string, bool) { return "", false }, io.Discard); err == nil {
+		if _, err := parseFlags(args, func(string) (string, bool) { return "", false }, io.Discard, false); err == nil {
 			t.Errorf("%v accepted", args)
 		}
 	}
@@ -171,7 +171,7 @@ func TestHardeningFlags(t *testing.T) {
 func TestChoiceFlags(t *testing.T) {
 	noEnv := func(string) (string, bool) { return "", false }
 	s, err := parseFlags([]string{"-store", "redis", "-failure-mode", "local", "-response-headers", "envoy",
-		"-log-format", "json", "-log-level", "debug", "-redis-mode", "transactions"}, noEnv, io.Discard)
+		"-log-format", "json", "-log-level", "debug", "-redis-mode", "transactions"}, noEnv, io.Discard, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +182,17 @@ func TestChoiceFlags(t *testing.T) {
 	if got := s.failureMode.String(); got != "local" {
 		t.Errorf("String: %q", got)
 	}
-	d, _ := parseFlags(nil, noEnv, io.Discard)
+	d, _ := parseFlags(nil, noEnv, io.Discard, false)
 	if d.store.value != memoryStore || d.failureMode.value != failUnavailable || d.responseHeaders.value != rls.LeakyHeaders || d.logLevel.value != slog.LevelInfo {
 		t.Errorf("defaults: %+v", d)
 	}
-	if _, err := parseFlags([]string{"-failure-mode", "local"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "needs -store redis") {
+	if _, err := parseFlags([]string{"-failure-mode", "local"}, noEnv, io.Discard, false); err == nil || !strings.Contains(err.Error(), "needs -store redis") {
 		t.Errorf("-failure-mode local on the memory store: %v", err)
 	}
-	if i, err := parseFlags([]string{"-response-headers", "ietf"}, noEnv, io.Discard); err != nil || i.responseHeaders.value != rls.IETFHeaders {
+	if i, err := parseFlags([]string{"-response-headers", "ietf"}, noEnv, io.Discard, false); err != nil || i.responseHeaders.value != rls.IETFHeaders {
 		t.Errorf("-response-headers ietf: %v", err)
 	}
-	if _, err := parseFlags([]string{"-failure-mode", "maybe"}, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), "want unavailable, allow, deny or local") {
+	if _, err := parseFlags([]string{"-failure-mode", "maybe"}, noEnv, io.Discard, false); err == nil || !strings.Contains(err.Error(), "want unavailable, allow, deny or local") {
 		t.Errorf("-failure-mode maybe: %v", err)
 	}
 	for m, want := range map[failureMode]rls.FailureMode{failUnavailable: rls.FailUnavailable, failAllow: rls.FailAllow, failDeny: rls.FailDeny, failLocal: rls.FailUnavailable} {

@@ -13,18 +13,23 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 )
 
 func main() {
-	a := &app{stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, environ: os.Environ, listen: net.Listen}
+	a := &app{name: filepath.Base(os.Args[0]), stdout: os.Stdout, stderr: os.Stderr, lookupEnv: os.LookupEnv, environ: os.Environ, listen: net.Listen}
 	os.Exit(a.run(context.Background(), os.Args[1:]))
 }
 
 // app is one run of the command, with its outside world made explicit so
 // tests can run it in-process.
 type app struct {
+	// name is the program's name: as ratelimit (envoyproxy/ratelimit's
+	// binary, which images made for it run), serve reads that service's
+	// environment variables.
+	name           string
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
 	environ        func() []string // nil: no variables to check
@@ -83,15 +88,31 @@ Flags of serve (each also read from RLS_<NAME>, e.g. RLS_GRPC_ADDR; a flag beats
 // version returns the module version and VCS revision the binary was built
 // from, as far as Go recorded them.
 func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := info.Main.Version
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " " + s.Value[:12]
+	v, commit := buildVersion, buildCommit
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && info.Main.Version != "" {
+			v = info.Main.Version
 		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && commit == "" {
+				commit = s.Value
+			}
+		}
+	}
+	if v == "" {
+		v = "(unknown)"
+	}
+	if len(commit) > 12 {
+		commit = commit[:12]
+	}
+	if commit != "" {
+		v += " " + commit
 	}
 	return v
 }
+
+// buildVersion and buildCommit are stamped by the build where the source
+// has no .git for Go to read (the image: go build -ldflags "-X
+// main.buildVersion=v1.2.3 -X main.buildCommit=abcdef..."); empty, the
+// module version and the VCS revision Go recorded are used.
+var buildVersion, buildCommit string

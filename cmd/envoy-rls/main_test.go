@@ -146,7 +146,7 @@ func TestCommandLineErrors(t *testing.T) {
 
 func TestFlagsAndEnvironment(t *testing.T) {
 	env := map[string]string{"RLS_GRPC_ADDR": "127.0.0.1:9999", "RLS_CONFIG": "from-env", "RLS_REDIS_CLUSTER": "true"}
-	s, err := parseFlags([]string{"-config", "from-flag"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &bytes.Buffer{})
+	s, err := parseFlags([]string{"-config", "from-flag"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &bytes.Buffer{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,5 +251,16 @@ func TestCheckConfigAcceptsTheExamples(t *testing.T) {
 		if code := a.run(context.Background(), []string{"check-config", dir}); code != exitOK {
 			t.Errorf("check-config %s: exit %d:\n%s", dir, code, stderr)
 		}
+	}
+}
+
+// TestVersionStamped: a build stamped with -X (the image, built without
+// .git) shows that version and commit.
+func TestVersionStamped(t *testing.T) {
+	defer func(v, c string) { buildVersion, buildCommit = v, c }(buildVersion, buildCommit)
+	buildVersion, buildCommit = "v1.2.3", "0123456789abcdef0123456789abcdef01234567"
+	a, stdout, _ := testApp(nil)
+	if code := a.run(context.Background(), []string{"version"}); code != exitOK || stdout.String() != "envoy-rls v1.2.3 0123456789ab\n" {
+		t.Fatalf("exit %d: %q", code, stdout)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // reports NOT_SERVING, stops taking calls and lets the calls in flight
 // finish.
 func (a *app) serve(ctx context.Context, args []string) int {
-	s, err := parseFlags(args, a.lookupEnv, a.stderr)
+	s, err := parseFlags(args, a.lookupEnv, a.stderr, a.name == referenceName)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK // the flag package printed the flags
 	}
@@ -30,6 +30,9 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	log := s.logger(a.stderr)
+	for _, w := range s.envWarnings {
+		log.Warn("envoyproxy/ratelimit setting without its effect: " + w)
+	}
 	if a.environ != nil {
 		for _, w := range unknownSettings(a.environ(), settingsFlagSet()) {
 			log.Warn(w)

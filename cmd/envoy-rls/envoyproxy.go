@@ -1,0 +1,284 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// The reference's environment: started as ratelimit (the name of
+// envoyproxy/ratelimit's binary, which images made for it run) or with
+// -env envoyproxy, the service reads envoyproxy/ratelimit's environment
+// variables, with their meanings and defaults, as flag values. A flag on
+// the command line and an RLS_ variable beat them. Each variable the
+// reference reads is honoured, or has the same effect here without a
+// setting, or is a warning (the service runs, without that effect), or an
+// error (it cannot run as asked).
+
+// referenceName is the name of envoyproxy/ratelimit's binary.
+const referenceName = "ratelimit"
+
+// envoyproxyEnv is what the reference's variables set.
+type envoyproxyEnv struct {
+	flags    map[string]string // flag name: value
+	warnings []string
+}
+
+// readEnvoyproxyEnv maps envoyproxy/ratelimit's variables to flag values.
+func readEnvoyproxyEnv(lookup func(string) (string, bool)) (*envoyproxyEnv, error) {
+	r := &envoyReader{lookup: lookup, out: &envoyproxyEnv{flags: map[string]string{}}}
+	r.addresses()
+	r.tls()
+	r.logs()
+	r.config()
+	r.store()
+	r.metrics()
+	r.behaviour()
+	if len(r.errs) > 0 {
+		return nil, fmt.Errorf("envoyproxy/ratelimit's environment: %s", strings.Join(r.errs, "; "))
+	}
+	return r.out, nil
+}
+
+type envoyReader struct {
+	lookup func(string) (string, bool)
+	out    *envoyproxyEnv
+	errs   []string
+}
+
+// get returns a variable's value, or def when it is unset or empty.
+func (r *envoyReader) get(name, def string) string {
+	if v, ok := r.lookup(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// on reads a true/false variable as the reference does (Go's ParseBool),
+// def when unset.
+func (r *envoyReader) on(name string, def bool) bool {
+	v, ok := r.lookup(name)
+	if !ok || v == "" {
+		return def
+	}
+	switch strings.ToLower(v) {
+	case "1", "t", "true":
+		return true
+	case "0", "f", "false":
+		return false
+	}
+	r.errs = append(r.errs, fmt.Sprintf("%s=%q: want true or false", name, v))
+	return def
+}
+
+func (r *envoyReader) set(flag, value string) { r.out.flags[flag] = value }
+
+// copy sets flag from a variable when it is set.
+func (r *envoyReader) copy(name, flag string) {
+	if v := r.get(name, ""); v != "" {
+		r.set(flag, v)
+	}
+}
+
+func (r *envoyReader) warn(name, format string, args ...any) {
+	r.out.warnings = append(r.out.warnings, name+": "+fmt.Sprintf(format, args...))
+}
+
+func (r *envoyReader) fail(name, format string, args ...any) {
+	r.errs = append(r.errs, name+": "+fmt.Sprintf(format, args...))
+}
+
+// given reports whether any of the variables is set to something.
+func (r *envoyReader) given(names ...string) bool {
+	for _, n := range names {
+		if r.get(n, "") != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *envoyReader) addresses() {
+	r.set("http-addr", net.JoinHostPort(r.get("HOST", "0.0.0.0"), r.get("PORT", "8080")))
+	r.set("grpc-addr", net.JoinHostPort(r.get("GRPC_HOST", "0.0.0.0"), r.get("GRPC_PORT", "8081")))
+	// The debug port serves the config and profiles: it stays on loopback
+	// unless asked for, where the reference listens on every address.
+	if r.given("DEBUG_HOST", "DEBUG_PORT") {
+		r.set("admin-addr", net.JoinHostPort(r.get("DEBUG_HOST", "0.0.0.0"), r.get("DEBUG_PORT", "6070")))
+	}
+	if r.given("GRPC_UDS") {
+		r.fail("GRPC_UDS", "a Unix socket for gRPC is not supported: use GRPC_HOST and GRPC_PORT")
+	}
+	r.copy("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age")
+	r.copy("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace")
+}
+
+func (r *envoyReader) tls() {
+	if r.on("GRPC_SERVER_USE_TLS", false) {
+		r.copy("GRPC_SERVER_TLS_CERT", "grpc-tls-cert")
+		r.copy("GRPC_SERVER_TLS_KEY", "grpc-tls-key")
+		r.copy("GRPC_CLIENT_TLS_CACERT", "grpc-tls-client-ca")
+	} else if r.given("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT") {
+		r.warn("GRPC_SERVER_TLS_CERT", "not read without GRPC_SERVER_USE_TLS=true, as in envoyproxy/ratelimit: gRPC is served without TLS")
+	}
+	if r.given("GRPC_SERVER_TLS_CA_CERT") {
+		r.warn("GRPC_SERVER_TLS_CA_CERT", "not read, as envoyproxy/ratelimit does not read it: client certificates are required by GRPC_CLIENT_TLS_CACERT only")
+	}
+	if r.given("GRPC_CLIENT_TLS_SAN") {
+		r.fail("GRPC_CLIENT_TLS_SAN", "checking the client certificate's SAN is not supported: any certificate signed by GRPC_CLIENT_TLS_CACERT would be accepted")
+	}
+}
+
+// logLevels maps the reference's (logrus) levels to ours.
+var logLevels = map[string]string{"trace": "debug", "debug": "debug", "info": "info", "warn": "warn", "warning": "warn",
+	"error": "error", "fatal": "error", "panic": "error"}
+
+func (r *envoyReader) logs() {
+	level := strings.ToLower(r.get("LOG_LEVEL", "WARN"))
+	if l, ok := logLevels[level]; ok {
+		r.set("log-level", l)
+	} else {
+		r.fail("LOG_LEVEL", "%q: want TRACE, DEBUG, INFO, WARN, ERROR, FATAL or PANIC", level)
+	}
+	r.copy("LOG_FORMAT", "log-format")
+}
+
+func (r *envoyReader) config() {
+	switch t := strings.ToUpper(r.get("CONFIG_TYPE", "FILE")); t {
+	case "FILE":
+	case "GRPC_XDS_SOTW":
+		r.fail("CONFIG_TYPE", "GRPC_XDS_SOTW (config from an xDS server) is not supported yet: give the config as files (CONFIG_TYPE=FILE)")
+	default:
+		r.fail("CONFIG_TYPE", "%q: want FILE", t)
+	}
+	if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
+		r.warn("FORCE_START_WITHOUT_INITIAL_CONFIG", "not honoured: a missing or invalid config at start is an error")
+	}
+	r.set("config", path.Join(r.get("RUNTIME_ROOT", "/srv/runtime_data/current"), r.get("RUNTIME_SUBDIRECTORY", ""), r.get("RUNTIME_APPDIRECTORY", "config")))
+	// RUNTIME_WATCH_ROOT chooses what the reference watches (the root, or
+	// the directory under it); envoy-rls watches the config directory and
+	// follows Kubernetes volume swaps either way. Dot files are skipped
+	// always.
+	if !r.on("RUNTIME_IGNOREDOTFILES", false) && r.given("RUNTIME_IGNOREDOTFILES") {
+		r.warn("RUNTIME_IGNOREDOTFILES", "files whose name starts with a dot are skipped always")
+	}
+	if r.on("MERGE_DOMAIN_CONFIG", false) {
+		r.fail("MERGE_DOMAIN_CONFIG", "merging one domain from several files is not supported: a domain in two files is an error")
+	}
+}
+
+func (r *envoyReader) store() {
+	switch b := strings.ToLower(r.get("BACKEND_TYPE", "redis")); b {
+	case "redis":
+		r.set("store", "redis")
+	case "memcache":
+		r.fail("BACKEND_TYPE", "memcache is not supported: use redis")
+		return
+	default:
+		r.fail("BACKEND_TYPE", "%q: want redis", b)
+		return
+	}
+	if r.on("REDIS_PERSECOND", false) {
+		r.fail("REDIS_PERSECOND", "a second Redis for per-second limits is not supported")
+	}
+	u, err := r.redisURL()
+	if err != nil {
+		r.fail("REDIS_URL", "%v", err)
+		return
+	}
+	r.set("redis-url", u)
+	r.copy("REDIS_POOL_SIZE", "redis-pool-size")
+	r.copy("REDIS_SENTINEL_AUTH", "redis-sentinel-password")
+	r.copy("REDIS_TLS_CLIENT_CERT", "redis-tls-cert")
+	r.copy("REDIS_TLS_CLIENT_KEY", "redis-tls-key")
+	r.copy("REDIS_TLS_CACERT", "redis-tls-ca")
+	r.copy("REDIS_PIPELINE_WINDOW", "redis-pipeline-window")
+	r.copy("REDIS_PIPELINE_LIMIT", "redis-pipeline-limit")
+	if t := r.get("REDIS_TIMEOUT", ""); t != "" {
+		r.set("redis-dial-timeout", t)
+		r.set("redis-read-timeout", t)
+	}
+	r.copy("CACHE_KEY_PREFIX", "redis-key-prefix")
+}
+
+// redisURL builds -redis-url, and the Sentinel or Cluster flags, from
+// REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL, REDIS_AUTH and REDIS_TLS.
+func (r *envoyReader) redisURL() (string, error) {
+	addr := r.get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	var user *url.Userinfo
+	if auth := r.get("REDIS_AUTH", ""); auth != "" {
+		// "password", or "user:password".
+		if name, pass, ok := strings.Cut(auth, ":"); ok {
+			user = url.UserPassword(name, pass)
+		} else {
+			user = url.UserPassword("", auth)
+		}
+	}
+	scheme := "redis"
+	if r.on("REDIS_TLS", false) {
+		scheme = "rediss"
+	}
+	q := url.Values{}
+	if r.on("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+		q.Set("skip_verify", "true")
+	}
+	if strings.ToLower(r.get("REDIS_SOCKET_TYPE", "unix")) == "unix" {
+		if r.on("REDIS_TLS", false) {
+			return "", fmt.Errorf("TLS over a Unix socket is not supported")
+		}
+		return (&url.URL{Scheme: "unix", Path: addr, User: user}).String(), nil
+	}
+	nodes := strings.Split(addr, ",")
+	switch t := strings.ToUpper(r.get("REDIS_TYPE", "SINGLE")); t {
+	case "SINGLE":
+		if len(nodes) > 1 {
+			return "", fmt.Errorf("%q: one host:port for REDIS_TYPE=SINGLE", addr)
+		}
+	case "SENTINEL":
+		// "master,sentinel:port,sentinel:port"
+		if len(nodes) < 2 {
+			return "", fmt.Errorf("%q: want the master's name, then the sentinels' host:port, comma-separated", addr)
+		}
+		r.set("redis-sentinel-master", nodes[0])
+		r.set("redis-sentinel-addrs", strings.Join(nodes[1:], ","))
+		nodes = nodes[1:2] // the URL carries the auth and TLS; its host is not dialled
+	case "CLUSTER":
+		r.set("redis-cluster", "true")
+		for _, n := range nodes[1:] {
+			q.Add("addr", n)
+		}
+	default:
+		return "", fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", t)
+	}
+	return (&url.URL{Scheme: scheme, Host: nodes[0], User: user, Path: "/0", RawQuery: q.Encode()}).String(), nil
+}
+
+func (r *envoyReader) metrics() {
+	if r.on("USE_STATSD", true) {
+		r.warn("USE_STATSD", "StatsD is not sent (yet): metrics are served in the Prometheus format at the HTTP address's /metrics, under envoy-rls's names (set USE_STATSD=false)")
+	}
+	if r.on("USE_PROMETHEUS", false) {
+		r.warn("USE_PROMETHEUS", "PROMETHEUS_ADDR, PROMETHEUS_PATH and PROMETHEUS_MAPPER_YAML are not served (yet): metrics are at the HTTP address's /metrics, under envoy-rls's names")
+	}
+	r.copy("NEAR_LIMIT_RATIO", "near-limit-ratio")
+}
+
+func (r *envoyReader) behaviour() {
+	if r.on("SHADOW_MODE", false) {
+		r.set("shadow-mode", "true")
+	}
+	if r.on("QUOTA_MODE", false) {
+		r.warn("QUOTA_MODE", "quota mode is not supported: over the limit is rejected")
+	}
+	if r.on("RESPONSE_DYNAMIC_METADATA", false) {
+		r.warn("RESPONSE_DYNAMIC_METADATA", "no dynamic metadata is sent")
+	}
+	if r.on("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
+		r.warn("LIMIT_RESPONSE_HEADERS_ENABLED", "envoyproxy/ratelimit's RateLimit-Limit, -Remaining and -Reset are not sent: envoy-rls's X-RateLimit-* headers are (-response-headers)")
+	}
+	if r.on("TRACING_ENABLED", false) {
+		r.warn("TRACING_ENABLED", "tracing is not supported (yet): no spans are sent")
+	}
+}
