@@ -77,17 +77,17 @@ func TestEnvoyproxyEnv(t *testing.T) {
 
 func TestEnvoyproxyEnvErrors(t *testing.T) {
 	for env, want := range map[string]string{
-		"CONFIG_TYPE=GRPC_XDS_SOTW":  "CONFIG_TYPE: GRPC_XDS_SOTW (config from an xDS server) is not supported yet",
-		"BACKEND_TYPE=memcache":      "BACKEND_TYPE: memcache is not supported",
-		"GRPC_UDS=/tmp/rl.sock":      "GRPC_UDS: a Unix socket for gRPC is not supported",
-		"GRPC_CLIENT_TLS_SAN=envoy":  "GRPC_CLIENT_TLS_SAN: checking the client certificate's SAN is not supported",
-		"REDIS_PERSECOND=true":       "REDIS_PERSECOND: a second Redis for per-second limits is not supported",
-		"MERGE_DOMAIN_CONFIG=true":   "MERGE_DOMAIN_CONFIG: merging one domain from several files is not supported",
-		"LOG_LEVEL=loud":             `LOG_LEVEL: "loud": want TRACE, DEBUG`,
-		"USE_STATSD=maybe":           `USE_STATSD="maybe": want true or false`,
-		"REDIS_TYPE=ring":            `REDIS_URL: REDIS_TYPE="RING": want SINGLE, SENTINEL or CLUSTER`,
-		"REDIS_URL=a:1,b:2":          `REDIS_URL: "a:1,b:2": one host:port for REDIS_TYPE=SINGLE`,
-		"REDIS_SOCKET_TYPE=unix":     "", // and REDIS_TLS below
+		"CONFIG_TYPE=GRPC_XDS_SOTW": "CONFIG_TYPE: GRPC_XDS_SOTW (config from an xDS server) is not supported yet",
+		"BACKEND_TYPE=memcache":     "BACKEND_TYPE: memcache is not supported",
+		"GRPC_UDS=/tmp/rl.sock":     "GRPC_UDS: a Unix socket for gRPC is not supported",
+		"GRPC_CLIENT_TLS_SAN=envoy": "GRPC_CLIENT_TLS_SAN: checking the client certificate's SAN is not supported",
+		"REDIS_PERSECOND=true":      "REDIS_PERSECOND: a second Redis for per-second limits is not supported",
+		"MERGE_DOMAIN_CONFIG=true":  "MERGE_DOMAIN_CONFIG: merging one domain from several files is not supported",
+		"LOG_LEVEL=loud":            `LOG_LEVEL: "loud": want TRACE, DEBUG`,
+		"USE_STATSD=maybe":          `USE_STATSD="maybe": want true or false`,
+		"REDIS_TYPE=ring":           `REDIS_URL: REDIS_TYPE="RING": want SINGLE, SENTINEL or CLUSTER`,
+		"REDIS_URL=a:1,b:2":         `REDIS_URL: "a:1,b:2": one host:port for REDIS_TYPE=SINGLE`,
+		"REDIS_SOCKET_TYPE=unix":    "", // and REDIS_TLS below
 	} {
 		name, value, _ := strings.Cut(env, "=")
 		e := map[string]string{"USE_STATSD": "false", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", name: value}
