@@ -148,13 +148,13 @@ func (r *envoyReader) logs() {
 func (r *envoyReader) config() {
 	switch t := strings.ToUpper(r.get("CONFIG_TYPE", "FILE")); t {
 	case "FILE":
+		if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
+			r.warn("FORCE_START_WITHOUT_INITIAL_CONFIG", "not honoured with CONFIG_TYPE=FILE: a missing or invalid config file at start is an error")
+		}
 	case "GRPC_XDS_SOTW":
-		r.fail("CONFIG_TYPE", "GRPC_XDS_SOTW (config from an xDS server) is not supported yet: give the config as files (CONFIG_TYPE=FILE)")
+		r.xds()
 	default:
-		r.fail("CONFIG_TYPE", "%q: want FILE", t)
-	}
-	if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
-		r.warn("FORCE_START_WITHOUT_INITIAL_CONFIG", "not honoured: a missing or invalid config at start is an error")
+		r.fail("CONFIG_TYPE", "%q: want FILE or GRPC_XDS_SOTW", t)
 	}
 	r.set("config", path.Join(r.get("RUNTIME_ROOT", "/srv/runtime_data/current"), r.get("RUNTIME_SUBDIRECTORY", ""), r.get("RUNTIME_APPDIRECTORY", "config")))
 	// RUNTIME_WATCH_ROOT chooses what the reference watches (the root, or
@@ -166,6 +166,29 @@ func (r *envoyReader) config() {
 	}
 	if r.on("MERGE_DOMAIN_CONFIG", false) {
 		r.fail("MERGE_DOMAIN_CONFIG", "merging one domain from several files is not supported: a domain in two files is an error")
+	}
+}
+
+// xds reads the settings of the config's xDS server.
+func (r *envoyReader) xds() {
+	r.set("config-xds", r.get("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"))
+	r.set("config-xds-node-id", r.get("CONFIG_GRPC_XDS_NODE_ID", "default"))
+	if r.on("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		r.copy("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "config-xds-tls-ca")
+		r.copy("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "config-xds-tls-cert")
+		r.copy("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "config-xds-tls-key")
+		r.copy("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "config-xds-tls-server-name")
+		if !r.given("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT") {
+			r.fail("CONFIG_GRPC_XDS_SERVER_USE_TLS", "TLS needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT or a client certificate")
+		}
+	}
+	if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
+		r.set("force-start-without-config", "true")
+	}
+	for _, name := range []string{"CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"} {
+		if r.given(name) {
+			r.warn(name, "not supported: not sent to the xDS server")
+		}
 	}
 }
 

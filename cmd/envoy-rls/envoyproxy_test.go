@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 func lookupIn(env map[string]string) func(string) (string, bool) {
@@ -51,6 +58,12 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"sentinels", with(istioEnv, "REDIS_TYPE", "SENTINEL", "REDIS_URL", "mymaster,s1:26379,s2:26379", "REDIS_SENTINEL_AUTH", "spw"),
 			"config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug redis-sentinel-addrs=s1:26379,s2:26379 " +
 				"redis-sentinel-master=mymaster redis-sentinel-password=spw redis-url=redis://s1:26379/0 store=redis", ""},
+		{"Envoy Gateway's xDS config", with(istioEnv, "CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001",
+			"CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+			"config=/data/ratelimit/config config-xds=envoy-gateway:18001 config-xds-node-id=envoy-ratelimit config-xds-tls-ca=/certs/ca.crt " +
+				"config-xds-tls-cert=/certs/tls.crt config-xds-tls-key=/certs/tls.key force-start-without-config=true grpc-addr=[::]:8081 " +
+				"http-addr=[::]:8080 log-level=debug redis-url=redis://redis:6379/0 store=redis", ""},
 		{"the debug port asked for", with(istioEnv, "DEBUG_PORT", "6071", "SHADOW_MODE", "true", "NEAR_LIMIT_RATIO", "0.9", "QUOTA_MODE", "true"),
 			"admin-addr=0.0.0.0:6071 config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug near-limit-ratio=0.9 " +
 				"redis-url=redis://redis:6379/0 shadow-mode=true store=redis", "QUOTA_MODE"},
@@ -77,7 +90,7 @@ func TestEnvoyproxyEnv(t *testing.T) {
 
 func TestEnvoyproxyEnvErrors(t *testing.T) {
 	for env, want := range map[string]string{
-		"CONFIG_TYPE=GRPC_XDS_SOTW": "CONFIG_TYPE: GRPC_XDS_SOTW (config from an xDS server) is not supported yet",
+		"CONFIG_TYPE=JSON":          `CONFIG_TYPE: "JSON": want FILE or GRPC_XDS_SOTW`,
 		"BACKEND_TYPE=memcache":     "BACKEND_TYPE: memcache is not supported",
 		"GRPC_UDS=/tmp/rl.sock":     "GRPC_UDS: a Unix socket for gRPC is not supported",
 		"GRPC_CLIENT_TLS_SAN=envoy": "GRPC_CLIENT_TLS_SAN: checking the client certificate's SAN is not supported",
@@ -125,3 +138,30 @@ func TestEnvoyproxyEnvPrecedence(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigGate: with -config-xds and no config yet, the service is not
+// ready; once one arrives, it is ready as its store is.
+func TestConfigGate(t *testing.T) {
+	svc, err := rls.New(rls.Options{Store: okStore{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := configGate{Checker: okStore{}, svc: svc}
+	if err := g.Check(context.Background()); !errors.Is(err, errNoConfigYet) {
+		t.Fatalf("before a config: %v", err)
+	}
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "a.yaml", Data: []byte("domain: a\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.SetConfig(cfg)
+	if err := g.Check(context.Background()); err != nil {
+		t.Fatalf("with a config: %v", err)
+	}
+}
+
+// okStore admits everything and always answers.
+type okStore struct{}
+
+func (okStore) Apply(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { return nil }
+func (okStore) Check(context.Context) error                                            { return nil }

@@ -72,9 +72,17 @@ type settings struct {
 	grpcMaxConnAgeGrace time.Duration
 	rateLimitAlgo       choice[leaky.Algorithm]
 	env                 choice[envKind]
+	xds                 xdsSettings
 	// envWarnings are the reference's variables read without their
 	// effect, to log once the logger is made.
 	envWarnings []string
+}
+
+// xdsSettings are the -config-xds flags: the config from an xDS server.
+type xdsSettings struct {
+	address, nodeID                string
+	tlsCA, tlsCert, tlsKey, tlsSAN string
+	forceStart                     bool
 }
 
 // envKind is the -env flag: whose environment variables are read beside
@@ -162,6 +170,13 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
 	fs.Var(&s.rateLimitAlgo, "rate-limit-algorithm", algorithmUsage)
+	fs.StringVar(&s.xds.address, "config-xds", "", "take the config from this xDS server (`host:port`), over ADS, instead of -config's files: RateLimitConfig resources, as envoyproxy/ratelimit takes them from Envoy Gateway")
+	fs.StringVar(&s.xds.nodeID, "config-xds-node-id", "envoy-rls", "the node id this service gives the xDS server")
+	fs.StringVar(&s.xds.tlsCA, "config-xds-tls-ca", "", "PEM `file` of the CA of the xDS server's certificate: connect with TLS")
+	fs.StringVar(&s.xds.tlsCert, "config-xds-tls-cert", "", "PEM `file` of a client certificate for the xDS server (mutual TLS)")
+	fs.StringVar(&s.xds.tlsKey, "config-xds-tls-key", "", "PEM `file` of the client certificate's key")
+	fs.StringVar(&s.xds.tlsSAN, "config-xds-tls-server-name", "", "the name the xDS server's certificate must hold, if not its address's host")
+	fs.BoolVar(&s.xds.forceStart, "force-start-without-config", false, "with -config-xds, report SERVING (and allow every request) before the first config arrives, instead of NOT_SERVING")
 	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
@@ -300,6 +315,10 @@ func (s *settings) check() error {
 		return fmt.Errorf("-max-descriptors, -max-entries and -max-entry-bytes must be at least 1")
 	case s.pprof && s.adminAddr == "":
 		return fmt.Errorf("-pprof serves on the admin address: it needs -admin-addr")
+	case (s.xds.tlsCert == "") != (s.xds.tlsKey == ""):
+		return fmt.Errorf("-config-xds-tls-cert and -config-xds-tls-key go together")
+	case s.xds.address == "" && (s.xds.tlsCA != "" || s.xds.tlsCert != "" || s.xds.forceStart):
+		return fmt.Errorf("-config-xds-tls-* and -force-start-without-config need -config-xds")
 	case s.grpcMaxConnAge < 0 || s.grpcMaxConnAgeGrace < 0:
 		return fmt.Errorf("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative")
 	case s.shutdownTimeout <= 0:

@@ -41,11 +41,13 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
 
-	cfg, err := loadConfig(s.config, s.configOptions(), log)
-	if err != nil {
-		return exitError
+	var cfg *descriptors.Config // with -config-xds, none until the server sends one
+	if s.xds.address == "" {
+		if cfg, err = loadConfig(s.config, s.configOptions(), log); err != nil {
+			return exitError
+		}
+		m.ConfigLoaded()
 	}
-	m.ConfigLoaded()
 
 	st, err := openStore(s, m, log)
 	if err != nil {
@@ -70,13 +72,28 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		return exitError
 	}
 
-	r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: m, log: log}
-	r.watch(ctx, s.watchConfig)
-	watching := rls.WatchStore(ctx, st, hs, log, s.failureMode.value.answersWhileDown())
+	var ready rls.Checker = st
+	if s.xds.address != "" {
+		x, err := xdsClient(s, svc, m, log)
+		if err != nil {
+			log.Error("cannot take the config from the xDS server", "err", err)
+			return exitError
+		}
+		xdsDone := make(chan struct{})
+		go func() { defer close(xdsDone); x.Run(ctx) }()
+		defer func() { <-xdsDone }()
+		if !s.xds.forceStart {
+			ready = configGate{Checker: st, svc: svc}
+		}
+	} else {
+		r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: m, log: log}
+		r.watch(ctx, s.watchConfig)
+	}
+	watching := rls.WatchStore(ctx, ready, hs, log, s.failureMode.value.answersWhileDown())
 	defer func() { <-watching }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),
 		"admin", srv.addrs.adminString(), "tls", s.grpcTLSCert != "", "http_json", srv.json, "store", s.store.String(),
-		"failure_mode", s.failureMode.String(), "config", s.config, "domains", len(cfg.Domains()),
+		"failure_mode", s.failureMode.String(), "config", configSource(s), "domains", domainCount(svc.Config()),
 		"gogc", gc.describePercent(), "gomemlimit", gc.describeLimit())
 	if a.ready != nil {
 		a.ready(srv.addrs)
@@ -160,4 +177,20 @@ func hangups(ctx context.Context) <-chan os.Signal {
 		signal.Stop(ch)
 	}()
 	return ch
+}
+
+// configSource says where the config comes from, for the start-up line.
+func configSource(s *settings) string {
+	if s.xds.address != "" {
+		return "xds://" + s.xds.address
+	}
+	return s.config
+}
+
+// domainCount is the number of domains of cfg; 0 for none.
+func domainCount(cfg *descriptors.Config) int {
+	if cfg == nil {
+		return 0
+	}
+	return len(cfg.Domains())
 }

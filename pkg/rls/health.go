@@ -56,11 +56,11 @@ func watchStore(ctx context.Context, store Checker, hs *health.Server, log *slog
 			SetServing(hs, ok || serveWhileDown)
 			switch {
 			case ok:
-				log.Info("the store answers: serving")
+				log.Info("ready: serving")
 			case serveWhileDown:
-				log.Error("the store does not answer: the failure mode answers", "err", err)
+				log.Error("not ready: the failure mode answers", "err", err)
 			default:
-				log.Error("the store does not answer: not serving", "err", err)
+				log.Error("not ready: not serving", "err", err)
 			}
 		}
 		if checked != nil {

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -14,11 +16,15 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testpki"
+	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
 
 // TestStartedAsIstiosSample starts the binary the way Istio's rate-limit
@@ -38,41 +44,11 @@ func TestStartedAsIstiosSample(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(configDir, "config.yaml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ratelimit := filepath.Join(t.TempDir(), "ratelimit")
-	if err := os.Symlink(envoyRLS(t), ratelimit); err != nil {
-		t.Fatal(err)
-	}
-	httpPort, grpcPort := redistest.FreePort(t), redistest.FreePort(t)
-	cmd := exec.Command(ratelimit)
-	cmd.Env = []string{
-		"LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr(), "USE_STATSD=false",
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
-		"HOST=::1", "GRPC_HOST=::1", "PORT=" + strconv.Itoa(httpPort), "GRPC_PORT=" + strconv.Itoa(grpcPort),
-	}
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-
-	httpAddr := net.JoinHostPort("::1", strconv.Itoa(httpPort))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r, err := http.Get("http://" + httpAddr + "/healthcheck")
-		if err == nil {
-			body, _ := io.ReadAll(r.Body)
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK && string(body) == "OK" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /healthcheck did not answer 200 OK within 10s (%v); output:\n%s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	conn, err := grpc.NewClient(net.JoinHostPort("::1", strconv.Itoa(grpcPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	rl := startAsRatelimit(t, "::1",
+		"LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr(), "USE_STATSD=false",
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false")
+	out := rl.out
+	conn, err := grpc.NewClient(rl.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +77,126 @@ func TestStartedAsIstiosSample(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "level=WARN") {
 		t.Errorf("warnings for Istio's environment:\n%s", out)
+	}
+}
+
+// startAsRatelimit starts the binary as ratelimit, set by env, listening
+// on host, and waits for GET /healthcheck to answer 200 OK.
+func startAsRatelimit(t *testing.T, host string, env ...string) *process {
+	t.Helper()
+	ratelimit := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.Symlink(envoyRLS(t), ratelimit); err != nil {
+		t.Fatal(err)
+	}
+	httpPort, grpcPort := redistest.FreePort(t), redistest.FreePort(t)
+	p := &process{cmd: exec.Command(ratelimit), out: &syncBuffer{},
+		grpcAddr: net.JoinHostPort(host, strconv.Itoa(grpcPort)), httpAddr: net.JoinHostPort(host, strconv.Itoa(httpPort))}
+	p.cmd.Env = append(env, "HOST="+host, "GRPC_HOST="+host, "PORT="+strconv.Itoa(httpPort), "GRPC_PORT="+strconv.Itoa(grpcPort))
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := http.Get("http://" + p.httpAddr + "/healthcheck")
+		if err == nil {
+			body, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK && string(body) == "OK" {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /healthcheck did not answer 200 OK within 10s (%v); output:\n%s", err, p.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStartedAsEnvoyGateway starts the binary the way Envoy Gateway runs
+// its rate-limit deployment: as ratelimit, set only by the reference's
+// variables, with TLS on the gRPC port and to the xDS server (mutual), the
+// config from xDS (an xDS server built from go-control-plane, as Envoy
+// Gateway's), starting before it has one. A config pushed applies; a
+// changed one applies; an invalid one is refused, the one in force kept.
+func TestStartedAsEnvoyGateway(t *testing.T) {
+	srv := redistest.Start(t)
+	pki := testpki.New(t)
+	serverTLS, err := tls.LoadX509KeyPair(pki.ServerCert, pki.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(pki.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xds := xdstest.Start(t, lis, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{serverTLS}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})))
+
+	rl := startAsRatelimit(t, "127.0.0.1",
+		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+xds.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+pki.ServerCert, "GRPC_SERVER_TLS_KEY="+pki.ServerKey, "GRPC_SERVER_TLS_CA_CERT="+pki.CACert,
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+pki.ClientCert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+pki.ClientKey,
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+pki.CACert,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr())
+
+	conn, err := grpc.NewClient(rl.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: request([]string{"user=alice"}).Descriptors}
+	codesOf := func(n int) string {
+		t.Helper()
+		var got []string
+		for range n {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := c.ShouldRateLimit(ctx, req)
+			cancel()
+			if err != nil {
+				t.Fatalf("ShouldRateLimit: %v; output:\n%s", err, rl.out)
+			}
+			got = append(got, resp.GetOverallCode().String())
+		}
+		return strings.Join(got, " ")
+	}
+	// Before any config: every request is allowed.
+	if got := codesOf(2); got != "OK OK" {
+		t.Fatalf("before a config: %s", got)
+	}
+	const node = "envoy-ratelimit"
+	xds.Set(t, node, "1", xdstest.Limit("default/eg/http", "user", "alice", "per-user", 1, rlsconfv3.RateLimitUnit_MINUTE))
+	waitFor(t, rl, "the first config", func() bool { return codesOf(1) == "OVER_LIMIT" })
+	xds.Set(t, node, "2", xdstest.Limit("default/eg/http", "user", "alice", "per-user", 1000, rlsconfv3.RateLimitUnit_MINUTE))
+	waitFor(t, rl, "the changed config", func() bool { return codesOf(1) == "OK" })
+	xds.Set(t, node, "3", xdstest.Limit("default/eg/http", "user", "alice", "per-user", 1, rlsconfv3.RateLimitUnit_UNKNOWN))
+	waitFor(t, rl, "the refusal", func() bool { return xds.Nacks() > 0 })
+	if got := codesOf(3); got != "OK OK OK" {
+		t.Fatalf("after an invalid config: %s, want the config in force (1000 a minute) kept", got)
+	}
+	if !strings.Contains(rl.out.String(), "update refused") {
+		t.Errorf("no log of the refusal:\n%s", rl.out)
+	}
+}
+
+// waitFor polls cond for up to 10s.
+func waitFor(t *testing.T, p *process, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not apply within 10s; output:\n%s", what, p.out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

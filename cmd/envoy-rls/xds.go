@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/metrics"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
+)
+
+// xdsClient is the subscription -config-xds asks for: each accepted
+// config replaces the service's.
+func xdsClient(s *settings, svc *rls.Service, m *metrics.Metrics, log *slog.Logger) (*xdsconfig.Client, error) {
+	creds, err := s.xds.credentials()
+	if err != nil {
+		return nil, err
+	}
+	return &xdsconfig.Client{
+		Address: s.xds.address, NodeID: s.xds.nodeID, Credentials: creds, Options: s.configOptions(), Log: log,
+		OnConfig: func(cfg *descriptors.Config) {
+			svc.SetConfig(cfg)
+			m.ConfigReload(true)
+			log.Info("config from the xDS server", "domains", len(cfg.Domains()))
+		},
+		OnRejected: func(error) { m.ConfigReload(false) },
+	}, nil
+}
+
+// credentials are TLS to the xDS server when a CA or a client certificate
+// is given, else none.
+func (x xdsSettings) credentials() (credentials.TransportCredentials, error) {
+	if x.tlsCA == "" && x.tlsCert == "" {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tlsSAN}
+	if x.tlsCA != "" {
+		pem, err := os.ReadFile(x.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("-config-xds-tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-config-xds-tls-ca: no PEM certificate in %s", x.tlsCA)
+		}
+	}
+	if x.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(x.tlsCert, x.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("-config-xds-tls-cert and -key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// configGate is ready once the service has a config: with -config-xds it
+// starts without one, and until the first arrives it answers OK to every
+// request, so it should not be sent any.
+type configGate struct {
+	rls.Checker
+	svc *rls.Service
+}
+
+var errNoConfigYet = errors.New("no config yet from the xDS server")
+
+func (g configGate) Check(ctx context.Context) error {
+	if g.svc.Config() == nil {
+		return errNoConfigYet
+	}
+	return g.Checker.Check(ctx)
+}

@@ -1,0 +1,171 @@
+package xdsconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// Client subscribes to RateLimitConfig resources and hands each valid
+// update to OnConfig.
+type Client struct {
+	// Address is the xDS server's host:port.
+	Address string
+	// NodeID names this service to the server (Envoy Gateway serves the
+	// node id its rate-limit deployment is given).
+	NodeID string
+	// Credentials secure the connection (TLS, or insecure).
+	Credentials credentials.TransportCredentials
+	// Options say how resources are read, as files are.
+	Options descriptors.Options
+	// OnConfig receives each accepted config, in order.
+	OnConfig func(*descriptors.Config)
+	// OnRejected, if set, receives the error of each refused update.
+	OnRejected func(error)
+	// Log receives connection failures and refused updates.
+	Log *slog.Logger
+	// Backoff bounds the wait between connection attempts: from Min,
+	// doubling to Max; zero values mean 500ms and 30s.
+	Backoff struct{ Min, Max time.Duration }
+}
+
+// Run subscribes until ctx ends, connecting again with backoff when the
+// server is away or the stream breaks. It returns ctx's error.
+func (c *Client) Run(ctx context.Context) error {
+	minWait, maxWait := c.Backoff.Min, c.Backoff.Max
+	if minWait <= 0 {
+		minWait = 500 * time.Millisecond
+	}
+	if maxWait <= 0 {
+		maxWait = 30 * time.Second
+	}
+	conn, err := grpc.NewClient(c.Address, grpc.WithTransportCredentials(c.Credentials))
+	if err != nil {
+		return fmt.Errorf("xds config: %w", err)
+	}
+	defer conn.Close()
+	s := &subscription{c: c}
+	wait := minWait
+	for {
+		err := s.stream(ctx, conn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if s.received {
+			wait = minWait // the server answered: it is there
+		}
+		c.Log.Warn("xds config: the stream ended; the config in force stays", "server", c.Address, "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, maxWait)
+	}
+}
+
+// subscription is what one Run keeps across streams: the version in force.
+type subscription struct {
+	c        *Client
+	version  string // of the config in force, "" before the first
+	received bool   // the last stream got a response
+}
+
+// Waits before refusing again a version refused already: a server that
+// answers a NACK by resending the same version at once (go-control-plane's
+// snapshot cache does) would otherwise make both spin.
+const (
+	refuseAgainFirst = 100 * time.Millisecond
+	refuseAgainMax   = 5 * time.Second
+)
+
+func (s *subscription) stream(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	node := &corev3.Node{Id: s.c.NodeID}
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: TypeURL, VersionInfo: s.version}); err != nil {
+		return err
+	}
+	s.received = false
+	var refused string // the last version refused, and how often since
+	wait := refuseAgainFirst
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		s.received = true
+		req := &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+		cfg, err := s.build(resp)
+		switch {
+		case err == nil:
+			s.version, refused, wait = resp.GetVersionInfo(), "", refuseAgainFirst
+			s.c.OnConfig(cfg)
+		case resp.GetVersionInfo() == refused:
+			// The same refused version again: answer, but not at once.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(wait*2, refuseAgainMax)
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		default:
+			refused, wait = resp.GetVersionInfo(), refuseAgainFirst
+			s.c.Log.Error("xds config: update refused; the config in force stays", "version", resp.GetVersionInfo(), "err", err)
+			if s.c.OnRejected != nil {
+				s.c.OnRejected(err)
+			}
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		}
+		req.VersionInfo = s.version // the version in force, whether this one was taken or not
+		if err := st.Send(req); err != nil {
+			return err
+		}
+	}
+}
+
+// build reads a response's resources into a config.
+func (s *subscription) build(resp *discoveryv3.DiscoveryResponse) (*descriptors.Config, error) {
+	if resp.GetTypeUrl() != TypeURL {
+		return nil, fmt.Errorf("resources of type %q: want %s", resp.GetTypeUrl(), TypeURL)
+	}
+	resources := make([]*rlsconfv3.RateLimitConfig, len(resp.GetResources()))
+	for i, a := range resp.GetResources() {
+		r := &rlsconfv3.RateLimitConfig{}
+		if err := a.UnmarshalTo(r); err != nil {
+			return nil, fmt.Errorf("resource %d: %w", i, err)
+		}
+		resources[i] = r
+	}
+	cfg, warnings, err := Build(resources, s.c.Options)
+	for _, w := range warnings {
+		s.c.Log.Warn("xds config: " + w.String())
+	}
+	var cfgErr *descriptors.Error
+	if errors.As(err, &cfgErr) {
+		lines := make([]string, len(cfgErr.Problems))
+		for i, p := range cfgErr.Problems {
+			lines[i] = p.String()
+		}
+		return nil, errors.New(strings.Join(lines, "; "))
+	}
+	return cfg, err
+}
