@@ -95,6 +95,9 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 					wantStored = leaky.State{}
 				}
 			}
+			if err == goredis.Nil && admitted && want[i].TTL < time.Second {
+				continue // a state of a few milliseconds may have expired already
+			}
 			if gotStored := decodeAs(b.Limit, v); !sameStored(gotStored, wantStored) {
 				t.Fatalf("round %d bucket %d (%v, hits %d, admitted %v): stored %+v, want %+v", round, i, b.Limit, b.Hits, admitted, gotStored, wantStored)
 			}
