@@ -279,13 +279,28 @@ func (r *envoyReader) redisURL() (string, error) {
 }
 
 func (r *envoyReader) metrics() {
+	r.copy("NEAR_LIMIT_RATIO", "near-limit-ratio")
+	if r.on("DISABLE_STATS", false) {
+		return
+	}
 	if r.on("USE_STATSD", true) {
-		r.warn("USE_STATSD", "StatsD is not sent (yet): metrics are served in the Prometheus format at the HTTP address's /metrics, under envoy-rls's names (set USE_STATSD=false)")
+		r.set("statsd-addr", net.JoinHostPort(r.get("STATSD_HOST", "localhost"), r.get("STATSD_PORT", "8125")))
+		switch p := strings.ToLower(r.get("STATSD_PROTOCOL", "tcp")); p {
+		case "tcp", "udp":
+			r.set("statsd-protocol", p)
+		default:
+			r.fail("STATSD_PROTOCOL", "%q: want tcp or udp", p)
+		}
+		r.copy("STATS_FLUSH_INTERVAL", "statsd-flush-interval")
 	}
 	if r.on("USE_PROMETHEUS", false) {
-		r.warn("USE_PROMETHEUS", "PROMETHEUS_ADDR, PROMETHEUS_PATH and PROMETHEUS_MAPPER_YAML are not served (yet): metrics are at the HTTP address's /metrics, under envoy-rls's names")
+		r.set("reference-metrics-addr", r.get("PROMETHEUS_ADDR", ":9090"))
+		r.set("reference-metrics-path", r.get("PROMETHEUS_PATH", "/metrics"))
+		r.copy("PROMETHEUS_MAPPER_YAML", "reference-metrics-mapping")
 	}
-	r.copy("NEAR_LIMIT_RATIO", "near-limit-ratio")
+	if r.on("USE_DOG_STATSD", false) || r.given("EXTRA_TAGS") {
+		r.warn("USE_DOG_STATSD", "DogStatsD tags (USE_DOG_STATSD, EXTRA_TAGS) are not sent")
+	}
 }
 
 func (r *envoyReader) behaviour() {

@@ -44,14 +44,16 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"Istio's sample", istioEnv,
 			"config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug redis-url=redis://redis:6379/0 store=redis", ""},
 		{"defaults", map[string]string{},
-			"config=/srv/runtime_data/current/config grpc-addr=0.0.0.0:8081 http-addr=0.0.0.0:8080 log-level=warn redis-url=unix:///var/run/nutcracker/ratelimit.sock store=redis",
-			"USE_STATSD"},
+			"config=/srv/runtime_data/current/config grpc-addr=0.0.0.0:8081 http-addr=0.0.0.0:8080 log-level=warn redis-url=unix:///var/run/nutcracker/ratelimit.sock " +
+				"statsd-addr=localhost:8125 statsd-protocol=tcp store=redis", ""},
 		{"Envoy Gateway's TLS and Redis from a Secret", with(istioEnv, "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY", "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt", "REDIS_AUTH", "s3cret", "REDIS_TLS", "true",
-			"GRPC_MAX_CONNECTION_AGE", "5m", "LOG_LEVEL", "info", "USE_PROMETHEUS", "true"),
+			"GRPC_MAX_CONNECTION_AGE", "5m", "LOG_LEVEL", "info", "USE_PROMETHEUS", "true", "PROMETHEUS_ADDR", ":19001",
+			"PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
 			"config=/data/ratelimit/config grpc-addr=[::]:8081 grpc-max-connection-age=5m grpc-tls-cert=/certs/tls.crt grpc-tls-key=/certs/tls.key " +
-				"http-addr=[::]:8080 log-level=info redis-url=rediss://:s3cret@redis:6379/0 store=redis",
-			"GRPC_SERVER_TLS_CA_CERT USE_PROMETHEUS"},
+				"http-addr=[::]:8080 log-level=info redis-url=rediss://:s3cret@redis:6379/0 reference-metrics-addr=:19001 " +
+				"reference-metrics-mapping=/etc/statsd-exporter/conf.yaml reference-metrics-path=/metrics store=redis",
+			"GRPC_SERVER_TLS_CA_CERT"},
 		{"a cluster", with(istioEnv, "REDIS_TYPE", "cluster", "REDIS_URL", "a:7000,b:7001,c:7002", "REDIS_AUTH", "user:pw", "CACHE_KEY_PREFIX", "p:"),
 			"config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug redis-cluster=true redis-key-prefix=p: " +
 				"redis-url=redis://user:pw@a:7000/0?addr=b%3A7001&addr=c%3A7002 store=redis", ""},
@@ -101,11 +103,15 @@ func TestEnvoyproxyEnvErrors(t *testing.T) {
 		"REDIS_TYPE=ring":           `REDIS_URL: REDIS_TYPE="RING": want SINGLE, SENTINEL or CLUSTER`,
 		"REDIS_URL=a:1,b:2":         `REDIS_URL: "a:1,b:2": one host:port for REDIS_TYPE=SINGLE`,
 		"REDIS_SOCKET_TYPE=unix":    "", // and REDIS_TLS below
+		"STATSD_PROTOCOL=quic":      `STATSD_PROTOCOL: "quic": want tcp or udp`,
 	} {
 		name, value, _ := strings.Cut(env, "=")
 		e := map[string]string{"USE_STATSD": "false", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", name: value}
 		if name == "REDIS_SOCKET_TYPE" {
 			e["REDIS_TLS"], want = "true", "TLS over a Unix socket is not supported"
+		}
+		if name == "STATSD_PROTOCOL" {
+			e["USE_STATSD"] = "true"
 		}
 		_, err := readEnvoyproxyEnv(lookupIn(e))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -73,6 +73,8 @@ type settings struct {
 	rateLimitAlgo       choice[leaky.Algorithm]
 	env                 choice[envKind]
 	xds                 xdsSettings
+	statsd              statsdSettings
+	refMetrics          refMetricsSettings
 	// envWarnings are the reference's variables read without their
 	// effect, to log once the logger is made.
 	envWarnings []string
@@ -83,6 +85,20 @@ type xdsSettings struct {
 	address, nodeID                string
 	tlsCA, tlsCert, tlsKey, tlsSAN string
 	forceStart                     bool
+}
+
+// statsdSettings are the -statsd-* flags: envoyproxy/ratelimit's stats
+// sent to StatsD.
+type statsdSettings struct {
+	addr     string
+	protocol choice[string]
+	interval time.Duration
+}
+
+// refMetricsSettings are the -reference-metrics-* flags: its stats served
+// in the Prometheus format.
+type refMetricsSettings struct {
+	addr, path, mapping string
 }
 
 // envKind is the -env flag: whose environment variables are read beside
@@ -165,6 +181,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 		logFormat:     choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
 		rateLimitAlgo: algorithmFlag(),
 		env:           choice[envKind]{rlsEnv, []option[envKind]{{"rls", rlsEnv}, {"envoyproxy", referenceEnv}}},
+		statsd:        statsdSettings{protocol: choice[string]{"tcp", []option[string]{{"tcp", "tcp"}, {"udp", "udp"}}}},
 	}
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.SetOutput(output)
@@ -177,6 +194,12 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.xds.tlsKey, "config-xds-tls-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&s.xds.tlsSAN, "config-xds-tls-server-name", "", "the name the xDS server's certificate must hold, if not its address's host")
 	fs.BoolVar(&s.xds.forceStart, "force-start-without-config", false, "with -config-xds, report SERVING (and allow every request) before the first config arrives, instead of NOT_SERVING")
+	fs.StringVar(&s.statsd.addr, "statsd-addr", "", "send envoyproxy/ratelimit's stats, under its names, to this StatsD server (`host:port`), such as a statsd_exporter sidecar")
+	fs.Var(&s.statsd.protocol, "statsd-protocol", "tcp or udp, to reach -statsd-addr")
+	fs.DurationVar(&s.statsd.interval, "statsd-flush-interval", 10*time.Second, "how often the stats are sent to -statsd-addr")
+	fs.StringVar(&s.refMetrics.addr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's stats in the Prometheus format, named as it names them, on this `address` (its USE_PROMETHEUS); empty: off")
+	fs.StringVar(&s.refMetrics.path, "reference-metrics-path", "/metrics", "the path of -reference-metrics-addr")
+	fs.StringVar(&s.refMetrics.mapping, "reference-metrics-mapping", "", "statsd_exporter mapping `file` naming those metrics (its PROMETHEUS_MAPPER_YAML); empty: the reference's default names")
 	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
@@ -319,6 +342,10 @@ func (s *settings) check() error {
 		return fmt.Errorf("-config-xds-tls-cert and -config-xds-tls-key go together")
 	case s.xds.address == "" && (s.xds.tlsCA != "" || s.xds.tlsCert != "" || s.xds.forceStart):
 		return fmt.Errorf("-config-xds-tls-* and -force-start-without-config need -config-xds")
+	case s.statsd.interval <= 0:
+		return fmt.Errorf("-statsd-flush-interval: must be positive, got %s", s.statsd.interval)
+	case s.refMetrics.addr != "" && !strings.HasPrefix(s.refMetrics.path, "/"):
+		return fmt.Errorf("-reference-metrics-path: must start with /, got %q", s.refMetrics.path)
 	case s.grpcMaxConnAge < 0 || s.grpcMaxConnAgeGrace < 0:
 		return fmt.Errorf("-grpc-max-connection-age and -grpc-max-connection-age-grace must not be negative")
 	case s.shutdownTimeout <= 0:

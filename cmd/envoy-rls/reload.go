@@ -11,7 +11,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/filewatch"
-	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -21,7 +20,7 @@ type reloader struct {
 	path    string
 	opts    descriptors.Options
 	svc     *rls.Service
-	metrics *metrics.Metrics
+	metrics configCounter
 	log     *slog.Logger
 
 	mu sync.Mutex // one reload at a time

@@ -40,6 +40,12 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	}
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
+	ref, err := newReferenceStats(s, log)
+	if err != nil {
+		log.Error("cannot count envoyproxy/ratelimit's stats", "err", err)
+		return exitError
+	}
+	counters := ref.counters(m)
 
 	var cfg *descriptors.Config // with -config-xds, none until the server sends one
 	if s.xds.address == "" {
@@ -47,6 +53,9 @@ func (a *app) serve(ctx context.Context, args []string) int {
 			return exitError
 		}
 		m.ConfigLoaded()
+		if ref.observer != nil {
+			ref.observer.ConfigReload(true)
+		}
 	}
 
 	st, err := openStore(s, m, log)
@@ -56,7 +65,9 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	}
 	defer st.Close()
 
-	svc, err := rls.New(serviceOptions(s, st, cfg, m, log))
+	opts := serviceOptions(s, st, cfg, m, log)
+	opts.Observer = ref.serviceObserver(m)
+	svc, err := rls.New(opts)
 	if err != nil {
 		log.Error("cannot start the service", "err", err)
 		return exitError
@@ -66,7 +77,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	defer stop()
 	hs := health.NewServer()
 	rls.SetServing(hs, false)
-	srv, err := a.startServers(ctx, s, svc, hs, m.Handler(), log)
+	srv, err := a.startServers(ctx, s, svc, hs, m.Handler(), ref.handler, log)
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
@@ -74,7 +85,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	var ready rls.Checker = st
 	if s.xds.address != "" {
-		x, err := xdsClient(s, svc, m, log)
+		x, err := xdsClient(s, svc, counters, log)
 		if err != nil {
 			log.Error("cannot take the config from the xDS server", "err", err)
 			return exitError
@@ -86,11 +97,13 @@ func (a *app) serve(ctx context.Context, args []string) int {
 			ready = configGate{Checker: st, svc: svc}
 		}
 	} else {
-		r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: m, log: log}
+		r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: counters, log: log}
 		r.watch(ctx, s.watchConfig)
 	}
 	watching := rls.WatchStore(ctx, ready, hs, log, s.failureMode.value.answersWhileDown())
 	defer func() { <-watching }()
+	flushing := ref.run(ctx, s.statsd.interval)
+	defer func() { <-flushing }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),
 		"admin", srv.addrs.adminString(), "tls", s.grpcTLSCert != "", "http_json", srv.json, "store", s.store.String(),
 		"failure_mode", s.failureMode.String(), "config", configSource(s), "domains", domainCount(svc.Config()),

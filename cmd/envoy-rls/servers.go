@@ -55,7 +55,7 @@ type servers struct {
 
 // startServers listens on every address of s and serves there until
 // shutdown. Nothing listens if one address cannot be had.
-func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, hs *health.Server, metrics http.Handler, log *slog.Logger) (*servers, error) {
+func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, hs *health.Server, metrics, refMetrics http.Handler, log *slog.Logger) (*servers, error) {
 	var grpcOpts []grpc.ServerOption
 	if s.grpcMaxConnAge > 0 {
 		// Envoy keeps its connections to the replicas it first found; an
@@ -104,14 +104,24 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, h
 		}
 	}
 
+	var refLis net.Listener
+	if refMetrics != nil {
+		if refLis, err = listen("envoyproxy/ratelimit's metrics", s.refMetrics.addr); err != nil {
+			return nil, err
+		}
+	}
+
 	srv := &servers{
 		grpc:   rls.NewGRPCServer(svc, hs, log, grpcOpts...),
 		addrs:  listenAddrs{grpc: grpcLis.Addr(), http: httpLis.Addr()},
 		json:   jsonOn,
-		failed: make(chan error, 3),
+		failed: make(chan error, 4),
 	}
 	go func() { srv.failed <- srv.grpc.Serve(grpcLis) }()
 	srv.serveHTTP(httpLis, rls.HTTPHandler(svc, hs, metrics, jsonOn), httpWriteTimeout, log)
+	if refLis != nil {
+		srv.serveHTTP(refLis, refMetrics, httpWriteTimeout, log)
+	}
 	if adminLis != nil {
 		srv.addrs.admin = adminLis.Addr()
 		srv.serveHTTP(adminLis, rls.AdminHandler(svc, s.pprof), adminWriteTimeout, log)

@@ -13,14 +13,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
 )
 
 // xdsClient is the subscription -config-xds asks for: each accepted
 // config replaces the service's.
-func xdsClient(s *settings, svc *rls.Service, m *metrics.Metrics, log *slog.Logger) (*xdsconfig.Client, error) {
+func xdsClient(s *settings, svc *rls.Service, m configCounter, log *slog.Logger) (*xdsconfig.Client, error) {
 	creds, err := s.xds.credentials()
 	if err != nil {
 		return nil, err

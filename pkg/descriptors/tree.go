@@ -29,8 +29,9 @@ type Rule struct {
 	// matches both (envoyproxy/ratelimit's replaces).
 	Replaces []string
 
-	label  string       // the metric label: Name, or Path (with the item of limits)
-	metric []metricPart // per level of Path, when some take the request's value
+	label   string       // the metric label: Name, or Path (with the item of limits)
+	metric  []metricPart // per level of Path, when some take the request's value
+	statKey string       // StatKey without the request's values
 	// mark follows the node's part of a bucket key: it names the
 	// algorithm (a window's parameters too), so that no two limits of a
 	// node, nor one limit before and after a reload that changes its
@@ -315,8 +316,51 @@ func (c *compiler) rule(raw *rawNode, l *rawLimit, here parent, mark string) *Ru
 		}
 		r.metric = metricParts(raw, raw.detailedMetric)
 	}
+	if !c.spend(raw, len(here.path)) {
+		return nil
+	}
+	r.statKey = statKey(raw)
 	d.rules = append(d.rules, r)
 	return r
+}
+
+// statKey is envoyproxy/ratelimit's name for the path down to raw: each
+// level's key, or key_value, joined by '.'.
+func statKey(raw *rawNode) string {
+	var parts []string
+	for n := raw; n != nil; n = n.up {
+		parts = append(parts, statPart(joinPath("", n.key, n.value)))
+	}
+	slices.Reverse(parts)
+	return strings.Join(parts, ".")
+}
+
+// statPart turns a level's "key=value" into envoyproxy/ratelimit's
+// "key_value", with ':' and '|' as '_' as its stat names have them.
+func statPart(s string) string {
+	s = strings.Replace(s, "=", "_", 1)
+	return strings.NewReplacer(":", "_", "|", "_").Replace(s)
+}
+
+// StatKey returns the name envoyproxy/ratelimit counts this limit's stats
+// under, below its domain, such as "user_alice.action_trade" or "user":
+// each level's key, or key_value, joined by '.', with the request's values
+// where the config asks for them (detailed_metric, value_to_metric), read
+// from levelKey, the key of the level's bucket.
+func (r *Rule) StatKey(levelKey string) string {
+	if r.metric == nil {
+		return r.statKey
+	}
+	parts := strings.Split(levelKey, "|")[1:] // after the domain
+	out := make([]string, len(r.metric))
+	for i, m := range r.metric {
+		if m.withValue && i < len(parts) {
+			out[i] = statPart(parts[i])
+		} else {
+			out[i] = statPart(m.text)
+		}
+	}
+	return strings.Join(out, ".")
 }
 
 // limitMarks returns the key mark of each limit of a node: "" for the

@@ -137,7 +137,7 @@ func (m *Metrics) WatchBuckets(count func() int, bytes func() int64, evictions f
 }
 
 // Call implements rls.Observer.
-func (m *Metrics) Call(domain, outcome string) {
+func (m *Metrics) Call(domain, outcome string, _ time.Duration) {
 	if domain == "" {
 		domain = unknownDomain
 	}
@@ -145,7 +145,7 @@ func (m *Metrics) Call(domain, outcome string) {
 }
 
 // Limit implements rls.Observer.
-func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, r *leaky.Result, shadow bool) {
+func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, _ int64, r *leaky.Result, shadow bool) {
 	label := rule.MetricLabel(key)
 	switch {
 	case r.Admitted:

@@ -12,9 +12,9 @@ import (
 
 func TestCallsAndDecisions(t *testing.T) {
 	m := New(0.8)
-	m.Call("", "OK")
-	m.Call("api", "OVER_LIMIT")
-	m.Call("api", "OVER_LIMIT")
+	m.Call("", "OK", 0)
+	m.Call("api", "OVER_LIMIT", 0)
+	m.Call("api", "OVER_LIMIT", 0)
 	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "api.yaml", Data: []byte(
 		"domain: api\ndescriptors:\n  - key: user\n    name: trades\n    leaky_bucket: {size: 10, drip_rate: 1s}\n")})
 	if err != nil {
@@ -25,10 +25,10 @@ func TestCallsAndDecisions(t *testing.T) {
 		t.Fatalf("levels: %v", levels)
 	}
 	rule := levels[0].Rule
-	m.Limit("api", rule, "api|user=a", &leaky.Result{Admitted: true, Remaining: 2}, false) // 8 of 10 used: not past 0.8
-	m.Limit("api", rule, "api|user=a", &leaky.Result{Admitted: true, Remaining: 1}, false) // 9 of 10: near
-	m.Limit("api", rule, "api|user=a", &leaky.Result{}, false)
-	m.Limit("api", rule, "api|user=a", &leaky.Result{}, true)
+	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{Admitted: true, Remaining: 2}, false) // 8 of 10 used: not past 0.8
+	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{Admitted: true, Remaining: 1}, false) // 9 of 10: near
+	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{}, false)
+	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{}, true)
 	m.WatchBuckets(func() int { return 7 }, func() int64 { return 700 }, func() uint64 { return 3 })
 
 	want := `

@@ -11,13 +11,15 @@ import (
 // called on the request path: they must be quick and safe for concurrent
 // use. A nil Observer in Options observes nothing.
 type Observer interface {
-	// Call is one call and its outcome: "OK", "OVER_LIMIT", or the gRPC
-	// code of an error, such as "InvalidArgument" or "Unavailable". domain
-	// is the request's domain if the config has it, else "".
-	Call(domain, outcome string)
-	// Limit is one level of a decided descriptor: its rule, its bucket key
-	// and the bucket's result. shadow says the level could not reject.
-	Limit(domain string, rule *descriptors.Rule, key string, r *leaky.Result, shadow bool)
+	// Call is one call, its outcome and how long it took: "OK",
+	// "OVER_LIMIT", or the gRPC code of an error, such as "InvalidArgument"
+	// or "Unavailable". domain is the request's domain if the config has
+	// it, else "".
+	Call(domain, outcome string, took time.Duration)
+	// Limit is one level of a decided descriptor: its rule, its bucket
+	// key, the hits the descriptor asked for and the bucket's result.
+	// shadow says the level could not reject.
+	Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *leaky.Result, shadow bool)
 	// Store is one call of the store: how long it took, and its error.
 	Store(took time.Duration, err error)
 	// CacheHit is a call rejected from the local over-limit cache, without
@@ -30,8 +32,43 @@ type Observer interface {
 
 type noObserver struct{}
 
-func (noObserver) Call(string, string)                                          {}
-func (noObserver) Limit(string, *descriptors.Rule, string, *leaky.Result, bool) {}
-func (noObserver) Store(time.Duration, error)                                   {}
-func (noObserver) CacheHit()                                                    {}
-func (noObserver) FailureAnswer(FailureMode)                                    {}
+func (noObserver) Call(string, string, time.Duration)                                  {}
+func (noObserver) Limit(string, *descriptors.Rule, string, int64, *leaky.Result, bool) {}
+func (noObserver) Store(time.Duration, error)                                          {}
+func (noObserver) CacheHit()                                                           {}
+func (noObserver) FailureAnswer(FailureMode)                                           {}
+
+// Observers returns an Observer that tells each of obs.
+func Observers(obs ...Observer) Observer { return observers(obs) }
+
+type observers []Observer
+
+func (os observers) Call(domain, outcome string, took time.Duration) {
+	for _, o := range os {
+		o.Call(domain, outcome, took)
+	}
+}
+
+func (os observers) Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *leaky.Result, shadow bool) {
+	for _, o := range os {
+		o.Limit(domain, rule, key, hits, r, shadow)
+	}
+}
+
+func (os observers) Store(took time.Duration, err error) {
+	for _, o := range os {
+		o.Store(took, err)
+	}
+}
+
+func (os observers) CacheHit() {
+	for _, o := range os {
+		o.CacheHit()
+	}
+}
+
+func (os observers) FailureAnswer(mode FailureMode) {
+	for _, o := range os {
+		o.FailureAnswer(mode)
+	}
+}

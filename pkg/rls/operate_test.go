@@ -29,13 +29,13 @@ type recorder struct {
 	failures []string
 }
 
-func (r *recorder) Call(domain, outcome string) {
+func (r *recorder) Call(domain, outcome string, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, domain+" "+outcome)
 }
 
-func (r *recorder) Limit(domain string, rule *descriptors.Rule, key string, res *leaky.Result, shadow bool) {
+func (r *recorder) Limit(domain string, rule *descriptors.Rule, key string, _ int64, res *leaky.Result, shadow bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.limits = append(r.limits, fmt.Sprintf("%s %s admitted=%v shadow=%v", domain, rule.MetricLabel(key), res.Admitted, shadow))

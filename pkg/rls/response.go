@@ -36,7 +36,7 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			}
 			l, r := &w.levels[j], &w.results[k]
 			shadow := w.buckets[k].Shadow
-			s.observer.Limit(domain.Name, l.Rule, l.Key, r, shadow)
+			s.observer.Limit(domain.Name, l.Rule, l.Key, w.hits[i], r, shadow)
 			if shadow {
 				if !r.Admitted {
 					s.log.Debug("shadow limit would reject", "domain", domain.Name, "limit", l.Rule.Path, "name", l.Rule.Name)

@@ -207,13 +207,14 @@ func (s *Service) Config() *descriptors.Config {
 // ShouldRateLimit decides a request: OK, or OVER_LIMIT if any descriptor is
 // over a limit, with one status per descriptor and the response headers.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
 	resp, domain, err := s.decide(ctx, req)
 	if err != nil {
 		err = grpcStatus(err)
-		s.observer.Call(domain, status.Code(err).String())
+		s.observer.Call(domain, status.Code(err).String(), time.Since(start))
 		return nil, err
 	}
-	s.observer.Call(domain, codeName(resp.GetOverallCode()))
+	s.observer.Call(domain, codeName(resp.GetOverallCode()), time.Since(start))
 	return resp, nil
 }
 

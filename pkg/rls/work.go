@@ -23,6 +23,7 @@ type work struct {
 	// unlimited marks the allow-listed descriptors, answered with the
 	// most a limit_remaining holds, as envoyproxy/ratelimit answers them.
 	unlimited []bool
+	hits      []int64 // each descriptor's hits, for the observer
 }
 
 // scanBuckets is how many buckets addBucket searches one by one; beyond, a
@@ -32,7 +33,7 @@ const scanBuckets = 8
 func (w *work) reset() {
 	clear(w.levels) // drop references to keys and rules
 	clear(w.buckets)
-	w.entries, w.levels, w.starts, w.unlimited = w.entries[:0], w.levels[:0], w.starts[:0], w.unlimited[:0]
+	w.entries, w.levels, w.starts, w.unlimited, w.hits = w.entries[:0], w.levels[:0], w.starts[:0], w.unlimited[:0], w.hits[:0]
 	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
 	clear(w.index)
 }
@@ -62,6 +63,7 @@ func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shado
 	}
 	for i, desc := range req.GetDescriptors() {
 		hits := hitsOf(req, desc)
+		w.hits = append(w.hits, hits)
 		for _, l := range w.levels[w.starts[i]:w.starts[i+1]] {
 			if replaced[l.Rule.Name] {
 				w.bucketOf = append(w.bucketOf, -1) // neither checked nor charged

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -140,9 +141,39 @@ func TestStartedAsEnvoyGateway(t *testing.T) {
 	xds := xdstest.Start(t, lis, grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{serverTLS}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert})))
 
+	// Its metrics: a statsd-exporter sidecar (a TCP listener here) on older
+	// releases, USE_PROMETHEUS with a mapping file on newer ones; both on.
+	statsd, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer statsd.Close()
+	statsdLines := make(chan string, 1000)
+	go func() {
+		c, err := statsd.Accept()
+		if err != nil {
+			return
+		}
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			statsdLines <- sc.Text()
+		}
+	}()
+	mapping := filepath.Join(t.TempDir(), "conf.yaml")
+	if err := os.WriteFile(mapping, []byte(`mappings:
+  - match: "ratelimit.service.rate_limit.*.*.*.over_limit"
+    name: "ratelimit_service_rate_limit_over_limit"
+    labels: {domain: "$1", key1: "$2", key2: "$3"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promAddr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	_, statsdPort, _ := net.SplitHostPort(statsd.Addr().String())
+
 	rl := startAsRatelimit(t, "127.0.0.1",
 		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
-		"LOG_LEVEL=info", "USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+statsdPort, "STATS_FLUSH_INTERVAL=100ms",
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR="+promAddr, "PROMETHEUS_MAPPER_YAML="+mapping,
 		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+xds.Addr, "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+pki.ServerCert, "GRPC_SERVER_TLS_KEY="+pki.ServerKey, "GRPC_SERVER_TLS_CA_CERT="+pki.CACert,
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+pki.ClientCert, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+pki.ClientKey,
@@ -155,7 +186,14 @@ func TestStartedAsEnvoyGateway(t *testing.T) {
 	}
 	defer conn.Close()
 	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: request([]string{"user=alice"}).Descriptors}
+	// Envoy Gateway's descriptors: the route, then the rule's header match.
+	const route = "httproute/default/backend/rule/0/match/0/*"
+	req := &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: request([]string{route + "=" + route, "rule-0-match-0=one"}).Descriptors}
+	limit := func(n uint32, unit rlsconfv3.RateLimitUnit) *rlsconfv3.RateLimitConfig {
+		return &rlsconfv3.RateLimitConfig{Name: "default/eg/http", Domain: "default/eg/http", Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+			Key: route, Value: route, Descriptors: []*rlsconfv3.RateLimitDescriptor{{
+				Key: "rule-0-match-0", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: unit, RequestsPerUnit: n}}}}}}
+	}
 	codesOf := func(n int) string {
 		t.Helper()
 		var got []string
@@ -175,11 +213,33 @@ func TestStartedAsEnvoyGateway(t *testing.T) {
 		t.Fatalf("before a config: %s", got)
 	}
 	const node = "envoy-ratelimit"
-	xds.Set(t, node, "1", xdstest.Limit("default/eg/http", "user", "alice", "per-user", 1, rlsconfv3.RateLimitUnit_MINUTE))
+	xds.Set(t, node, "1", limit(1, rlsconfv3.RateLimitUnit_MINUTE))
 	waitFor(t, rl, "the first config", func() bool { return codesOf(1) == "OVER_LIMIT" })
-	xds.Set(t, node, "2", xdstest.Limit("default/eg/http", "user", "alice", "per-user", 1000, rlsconfv3.RateLimitUnit_MINUTE))
+	// The reference's metrics saw the rejection: from StatsD, and scraped.
+	waitFor(t, rl, "the over_limit stat", func() bool {
+		for {
+			select {
+			case l := <-statsdLines:
+				if strings.HasPrefix(l, "ratelimit.service.rate_limit.default/eg/http."+route+"_"+route+".rule-0-match-0.over_limit:") {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	r, err := http.Get("http://" + promAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if want := `ratelimit_service_rate_limit_over_limit{domain="default/eg/http",key1="` + route + "_" + route + `",key2="rule-0-match-0"}`; !strings.Contains(string(body), want) {
+		t.Errorf("no %s in the scrape:\n%s", want, body)
+	}
+	xds.Set(t, node, "2", limit(1000, rlsconfv3.RateLimitUnit_MINUTE))
 	waitFor(t, rl, "the changed config", func() bool { return codesOf(1) == "OK" })
-	xds.Set(t, node, "3", xdstest.Limit("default/eg/http", "user", "alice", "per-user", 1, rlsconfv3.RateLimitUnit_UNKNOWN))
+	xds.Set(t, node, "3", limit(1, rlsconfv3.RateLimitUnit_UNKNOWN))
 	waitFor(t, rl, "the refusal", func() bool { return xds.Nacks() > 0 })
 	if got := codesOf(3); got != "OK OK OK" {
 		t.Fatalf("after an invalid config: %s, want the config in force (1000 a minute) kept", got)
