@@ -6,6 +6,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/internal/spell"
 )
 
 // unknownSettings returns a warning for each RLS_ variable of environ that
@@ -42,32 +44,11 @@ var testOnlyVariables = map[string]bool{"RLS_REQUIRE_REDIS": true, "RLS_MEASURE"
 func closest(name string, names []string) string {
 	best, bestDist := "", len(name)/3+1
 	for _, n := range names {
-		if d := editDistance(name, n); d < bestDist {
+		if d := spell.Distance(name, n); d < bestDist {
 			best, bestDist = n, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // settingsFlagSet is serve's flag set, for its names.

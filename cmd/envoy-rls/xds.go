@@ -3,15 +3,14 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoy-rls/envoy-rls/pkg/certs"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
@@ -41,23 +40,9 @@ func (x xdsSettings) credentials() (credentials.TransportCredentials, error) {
 	if x.tlsCA == "" && x.tlsCert == "" {
 		return insecure.NewCredentials(), nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tlsSAN}
-	if x.tlsCA != "" {
-		pem, err := os.ReadFile(x.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("-config-xds-tls-ca: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-config-xds-tls-ca: no PEM certificate in %s", x.tlsCA)
-		}
-	}
-	if x.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(x.tlsCert, x.tlsKey)
-		if err != nil {
-			return nil, fmt.Errorf("-config-xds-tls-cert and -key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
+	cfg, err := certs.Client(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tlsSAN}, x.tlsCA, x.tlsCert, x.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("-config-xds-tls-*: %w", err)
 	}
 	return credentials.NewTLS(cfg), nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/spell"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
@@ -384,7 +385,7 @@ func suggest(name string, known []string) string {
 	lower := strings.ToLower(name)
 	best, bestDist := "", math.MaxInt
 	for _, k := range known {
-		d := editDistance(lower, k)
+		d := spell.Distance(lower, k)
 		if len(lower) >= 4 && (strings.HasPrefix(k, lower) || strings.HasPrefix(lower, k)) {
 			d = min(d, 2)
 		}
@@ -396,24 +397,4 @@ func suggest(name string, known []string) string {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return ""
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -3,14 +3,14 @@ package redis
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/certs"
 )
 
 // ClientOptions say how to reach Redis.
@@ -159,23 +159,9 @@ func tlsConfig(base *tls.Config, o ClientOptions) (*tls.Config, error) {
 	if base == nil {
 		return nil, nil
 	}
-	c := base.Clone()
-	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis TLS CA: %w", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis TLS CA %s: no PEM certificate in it", o.CAFile)
-		}
-	}
-	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("redis TLS client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+	c, err := certs.Client(base, o.CAFile, o.CertFile, o.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("redis TLS %w", err)
 	}
 	return c, nil
 }
