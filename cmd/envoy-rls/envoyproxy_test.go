@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -171,3 +173,86 @@ type okStore struct{}
 
 func (okStore) Apply(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { return nil }
 func (okStore) Check(context.Context) error                                            { return nil }
+
+// sameEffectVariables are the reference's variables read by no code here,
+// because envoy-rls behaves as they ask either way (docs/migration.md,
+// "Running in its place").
+var sameEffectVariables = map[string]bool{
+	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": true, "RUNTIME_WATCH_ROOT": true, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": true,
+	"EXPIRATION_JITTER_MAX_SECONDS": true, "LOCAL_CACHE_SIZE_IN_BYTES": true, "REDIS_USE_EXPLICIT_PIPELINE": true,
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR": true, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": true, "XDS_CLIENT_BACKOFF_*": true,
+	"LIMIT_LIMIT_HEADER": true, "LIMIT_REMAINING_HEADER": true, "LIMIT_RESET_HEADER": true,
+	"GRPC_SERVER_TLS_KEY": true, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": true, // read with their certificate
+}
+
+// TestMigrationTableIsRead: every variable the migration guide's settings
+// table names is read when running as ratelimit (some value of it changes
+// the flags, the warnings or the errors), or is one the guide says needs no
+// setting here.
+func TestMigrationTableIsRead(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/migration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := string(doc[strings.Index(string(doc), "## Settings"):])
+	var names []string
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([A-Z][A-Z0-9_]*\\*?)`").FindAllStringSubmatch(cells[1], -1) {
+			names = append(names, m[1])
+		}
+	}
+	if len(names) < 50 {
+		t.Fatalf("found %d variables in the table: the guide's layout changed", len(names))
+	}
+	base := maps.Clone(istioEnv)
+	base["USE_STATSD"] = "true" // so that the StatsD settings show
+	outcome := func(env map[string]string) string {
+		ref, err := readEnvoyproxyEnv(lookupIn(env))
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprint(ref.flags, ref.warnings)
+	}
+	was := outcome(base)
+	needs := map[string]map[string]string{ // variables that matter only beside another
+		"GRPC_SERVER_TLS_CERT": {"GRPC_SERVER_USE_TLS": "true"}, "GRPC_CLIENT_TLS_CACERT": {"GRPC_SERVER_USE_TLS": "true"},
+		"CONFIG_GRPC_XDS_SERVER_URL": {"CONFIG_TYPE": "GRPC_XDS_SOTW"}, "CONFIG_GRPC_XDS_NODE_ID": {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS":    {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":   {"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true"},
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": {"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true"},
+		"CONFIG_GRPC_XDS_SERVER_TLS_SAN": {"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "ca.pem"},
+		"PROMETHEUS_ADDR": {"USE_PROMETHEUS": "true"}, "PROMETHEUS_PATH": {"USE_PROMETHEUS": "true"}, "PROMETHEUS_MAPPER_YAML": {"USE_PROMETHEUS": "true"},
+		"REDIS_SENTINEL_AUTH": {}, "FORCE_START_WITHOUT_INITIAL_CONFIG": {},
+	}
+	values := map[string]bool{"SINGLE": true, "SENTINEL": true, "CLUSTER": true} // REDIS_TYPE's, in the same cell
+	wildcards := map[string]string{"TRACING_*": "TRACING_ENABLED", "REDIS_PERSECOND*": "REDIS_PERSECOND"}
+	for _, name := range names {
+		if sameEffectVariables[name] || values[name] {
+			continue
+		}
+		if w, ok := wildcards[name]; ok {
+			name = w
+		}
+		read := false
+		for _, v := range []string{"true", "false", "9999", "ca.pem", "1.2.3.4", "5s", "0.5", "x", "SENTINEL", "udp", "json", "DEBUG", "memcache", "GRPC_XDS_SOTW", "a:1,b:2", "unix"} {
+			env := maps.Clone(base)
+			for k, kv := range needs[name] {
+				env[k] = kv
+			}
+			before := outcome(env)
+			env[name] = v
+			if outcome(env) != before {
+				read = true
+				break
+			}
+		}
+		if !read {
+			t.Errorf("%s is in the migration guide's table, but no value of it changes what ratelimit reads (now %s)", name, was)
+		}
+	}
+}
