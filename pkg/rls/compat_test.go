@@ -3,6 +3,7 @@ package rls
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // Config files in envoyproxy/ratelimit's format, and what each field does
@@ -147,5 +148,23 @@ descriptors:
 		// shadow_mode: decided, never blocks, never shown.
 		{0, request("edge", desc("trial=t")), "OK [OK]"},
 		{0, request("edge", desc("trial=t")), "OK [OK]"},
+	})
+}
+
+// TestCompatFixedWindowLeaf: a file in envoyproxy/ratelimit's format with
+// match: leaf and rate_limit_algorithm: fixed_window counts as the
+// reference does: only the deepest level, in windows aligned on the clock
+// (t0 is 51s before a minute ends), starting afresh in each.
+func TestCompatFixedWindowLeaf(t *testing.T) {
+	svc, c := compatService(t, "domain: api\nmatch: leaf\nrate_limit_algorithm: fixed_window\n"+strings.SplitN(parentLimits, "\n", 4)[3])
+	action := request("api", desc("user=a", "action=x"))
+	answers(t, svc, c, []step{
+		{0, action, "OK [OK 10/MINUTE left=9 reset=51s] X-RateLimit-Remaining=9 X-RateLimit-Clear=51"},
+		{0, request("api", withHits(desc("user=a", "action=x"), 9, false)), "OK [OK 10/MINUTE left=0 reset=51s] X-RateLimit-Remaining=0 X-RateLimit-Clear=51"},
+		{50 * time.Second, action, "OVER_LIMIT [OVER_LIMIT 10/MINUTE left=0 reset=1s] X-RateLimit-Remaining=0 X-RateLimit-Clear=1 X-RateLimit-Reset=1 Retry-After=1"},
+		// The user level was not charged: only the deepest counts.
+		{50 * time.Second, request("api", desc("user=a")), "OK [OK 2/MINUTE left=1 reset=1s] X-RateLimit-Remaining=1 X-RateLimit-Clear=1"},
+		// A new window: the whole limit again.
+		{51 * time.Second, action, "OK [OK 10/MINUTE left=9 reset=1m0s] X-RateLimit-Remaining=9 X-RateLimit-Clear=60"},
 	})
 }
