@@ -92,11 +92,18 @@ func testConcurrentMixed(t *testing.T, s Store) {
 	tr, vw := racePaths(t, s,
 		[]leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=trade", trade, 1)},
 		[]leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=view", view, 1)})
-	if tr != 10 || tr+vw != 50 {
-		t.Fatalf("admitted %d trades and %d views, want exactly 10 trades and 50 in all", tr, vw)
+	// Views may take the user's 50 before 10 trades have passed.
+	if tr > 10 || tr+vw != 50 {
+		t.Fatalf("admitted %d trades and %d views, want at most 10 trades and exactly 50 in all", tr, vw)
 	}
+	// Rejected requests charged nothing: each level holds exactly what was
+	// admitted through it.
 	got := apply(t, s, T0, []leaky.Bucket{bucket("mx|user=alex", user, 0), bucket("mx|user=alex|action=trade", trade, 0), bucket("mx|user=alex|action=view", view, 0)})
-	want := fmt.Sprint([]outcome{{true, 0, time.Hour - 7*time.Second, 0}, {true, 0, 53*time.Minute + 53*time.Second, 0}, {true, 1000 - vw, time.Duration(vw) * time.Hour, 0}})
+	tradeClear := time.Duration(0)
+	if tr > 0 {
+		tradeClear = 53*time.Minute + 53*time.Second // the hour's window ends then
+	}
+	want := fmt.Sprint([]outcome{{true, 0, time.Hour - 7*time.Second, 0}, {true, 10 - tr, tradeClear, 0}, {true, 1000 - vw, time.Duration(vw) * time.Hour, 0}})
 	if fmt.Sprint(got) != want {
 		t.Fatalf("after the run: got %v, want %v: only admitted requests charged", got, want)
 	}
