@@ -20,7 +20,10 @@ import (
 )
 
 // Client subscribes to RateLimitConfig resources and hands each valid
-// update to OnConfig.
+// update to OnConfig. It speaks ADS through go-control-plane's generated
+// stream rather than its sotw ADSClient, whose Fetch hides a response's
+// version: the version is what tells a refused update sent again at once
+// (the snapshot cache's answer to a NACK) from a new one.
 type Client struct {
 	// Address is the xDS server's host:port.
 	Address string
