@@ -10,7 +10,9 @@
 #   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
 #   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)  BENCH_KEYS (10000)
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
-#   BENCH_TARGETS ('null memory redis redis-unbatched')
+#   BENCH_TARGETS ('null memory redis redis-unbatched', and reference when
+#   BENCH_PEER names an envoyproxy/ratelimit binary: docs/performance.md says
+#   how to build one)
 # Targets run in turn within each round, so that a slower spell of a shared
 # machine touches them all; the table shows each figure's median over rounds,
 # and each ratio to the null ceiling is the median of the ratios of a round.
@@ -23,7 +25,10 @@ concurrency=${BENCH_CONCURRENCY:-64}
 conns=${BENCH_CONNS:-4}
 keys=${BENCH_KEYS:-10000}
 descriptor=${BENCH_DESCRIPTOR:-'user=u%d,action=a%d'}
-targets=${BENCH_TARGETS:-null memory redis redis-unbatched}
+peer=${BENCH_PEER:-}
+default_targets="null memory redis redis-unbatched"
+if [[ -n $peer ]]; then default_targets+=" reference"; fi
+targets=${BENCH_TARGETS:-$default_targets}
 
 cd "$(dirname "$0")/.."
 for tool in go redis-server redis-cli; do
@@ -95,6 +100,26 @@ start_rls() {
 	wait_for "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc"
 	addr[$name]=127.0.0.1:$grpc
 }
+# start_reference starts envoyproxy/ratelimit ($peer), set by its
+# environment variables as it is deployed, on the same Redis under keys of
+# its own, and waits until it serves.
+start_reference() {
+	local grpc http debug
+	[[ -x $peer ]] || { log "BENCH_PEER=$peer is not an executable"; exit 1; }
+	grpc=$(free_port)
+	http=$(free_port)
+	debug=$(free_port)
+	mkdir -p "$work/runtime/ratelimit/config"
+	cp scripts/bench-reference.yaml "$work/runtime/ratelimit/config/bench.yaml"
+	env -i PATH="$PATH" HOST=127.0.0.1 PORT="$http" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug" \
+		LOG_LEVEL=error USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" CACHE_KEY_PREFIX=ref: \
+		RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+		"$peer" >"$work/reference.log" 2>&1 &
+	pids+=($!)
+	pid[reference]=$!
+	wait_for "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc" -service ratelimit
+	addr[reference]=127.0.0.1:$grpc
+}
 redis_url=redis://127.0.0.1:$redis_port/0
 for t in $targets; do
 	case $t in
@@ -102,6 +127,7 @@ for t in $targets; do
 	memory) start_rls memory ;;
 	redis) start_rls redis -store redis -redis-url "$redis_url" ;;
 	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
+	reference) start_reference ;;
 	*) log "unknown target $t"; exit 1 ;;
 	esac
 done
@@ -137,7 +163,7 @@ for round in $(seq "$rounds"); do
 		after=$(top_commands)
 		sent=$(field sent "$work/out.tsv")
 		per="-"
-		if [[ $t == redis* ]]; then
+		if [[ $t == redis* || $t == reference ]]; then
 			per=$(awk -v d=$((after - before)) -v n="$sent" 'BEGIN { printf "%.3f", d / n }')
 		fi
 		server_cpu=$(awk -v d=$((server1 - server0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
