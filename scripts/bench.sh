@@ -126,6 +126,7 @@ for t in $targets; do
 	null) ;;
 	memory) start_rls memory ;;
 	redis) start_rls redis -store redis -redis-url "$redis_url" ;;
+	redis-batched) start_rls redis-batched -store redis -redis-url "$redis_url" -redis-batch-requests 32 -redis-key-prefix rlsb: ;;
 	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
 	reference) start_reference ;;
 	*) log "unknown target $t"; exit 1 ;;

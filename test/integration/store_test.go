@@ -29,28 +29,37 @@ var prefixes atomic.Int64
 
 // conformance runs the memory store's suite, unchanged, on stores sharing c,
 // each subtest under a prefix of its own.
-func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode, pipeline redis.Pipeline) {
+func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode, calls calling) {
 	leakytest.Run(t, func(t *testing.T) leakytest.Store {
 		s, err := redis.New(redis.Options{
 			Client:      c,
 			Mode:        mode,
-			Pipeline:    pipeline,
+			Pipeline:    calls.pipeline,
+			Batch:       calls.batch,
 			Prefix:      fmt.Sprintf("conformance%d:", prefixes.Add(1)),
 			CallerClock: true, // the suite decides at fixed instants
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s
+		return s // not closed: it would close c, which the subtests share
 	})
+}
+
+// calling is how script calls reach Redis: batched into pipelines or not,
+// and deciding several requests each or one.
+type calling struct {
+	pipeline redis.Pipeline
+	batch    int
 }
 
 // pipelines are the ways script calls reach Redis: each on its own, and
 // batched into pipelines, at once or within a window.
-var pipelines = map[string]redis.Pipeline{
+var pipelines = map[string]calling{
 	"Unbatched": {},
-	"Pipelined": redis.DefaultPipeline,
-	"Window":    {Limit: 16, Window: 200 * time.Microsecond},
+	"Pipelined": {pipeline: redis.DefaultPipeline},
+	"Window":    {pipeline: redis.Pipeline{Limit: 16, Window: 200 * time.Microsecond}},
+	"Requests":  {pipeline: redis.DefaultPipeline, batch: 32}, // several requests per script call
 }
 
 func TestConformanceScriptSingle(t *testing.T) {
@@ -71,12 +80,12 @@ func TestConformanceScriptCluster(t *testing.T) {
 
 func TestConformanceTransactionsSingle(t *testing.T) {
 	srv := redistest.Start(t)
-	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.TransactionsMode, redis.Pipeline{})
+	conformance(t, client(t, redis.ClientOptions{URL: srv.URL()}), redis.TransactionsMode, calling{})
 }
 
 func TestConformanceTransactionsCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t)
-	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.TransactionsMode, redis.Pipeline{})
+	conformance(t, client(t, redis.ClientOptions{URL: cluster.URL(), Cluster: true}), redis.TransactionsMode, calling{})
 }
 
 // TestSlotsMatchRedis checks the store's slot computation against the

@@ -42,49 +42,74 @@ const resultFields = 7
 type scriptExec struct{}
 
 func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
-	a := newScriptArgs(2 + 5*len(buckets))
+	return runRequests(ctx, c, now, keys, []scriptRequest{{at: -1, buckets: buckets, results: results, before: before}})
+}
+
+// scriptRequest is one request of a script call: its buckets, where their
+// results go, and, if not nil, where their states before the charge go.
+type scriptRequest struct {
+	at      int64 // the time to decide at, or -1 for the call's
+	buckets []leaky.Bucket
+	results []leaky.Result
+	before  []leaky.State
+}
+
+// runRequests decides requests in one script call, in order, each all or
+// nothing on its own; keys are their buckets' keys in turn, in one slot.
+// The states before the charge are asked for if the first request asks.
+func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs []scriptRequest) (int64, error) {
+	withBefore := reqs[0].before != nil
+	a := newScriptArgs(3 + 2*len(reqs) + 5*len(keys))
 	a.now(now)
 	fields := resultFields
-	if before != nil {
+	if withBefore {
 		a.int(1)
 		fields = resultFields + 2
 	} else {
 		a.int(0)
 	}
-	for _, b := range buckets {
-		kind := 2 * int64(b.Limit.Algorithm)
-		if b.Shadow {
-			kind++
+	a.int(int64(len(reqs)))
+	for _, r := range reqs {
+		a.now(r.at)
+		a.int(int64(len(r.buckets)))
+		for _, b := range r.buckets {
+			kind := 2 * int64(b.Limit.Algorithm)
+			if b.Shadow {
+				kind++
+			}
+			a.int(kind)
+			p := params(b.Limit)
+			a.int(p[0])
+			a.int(p[1])
+			a.int(p[2])
+			a.int(b.Hits)
 		}
-		a.int(kind)
-		p := params(b.Limit)
-		a.int(p[0])
-		a.int(p[1])
-		a.int(p[2])
-		a.int(b.Hits)
 	}
 	vals, err := runScript(ctx, c, &decideScript, keys, a.strings())
 	if err != nil {
 		return 0, err
 	}
-	if len(vals) != fields*len(buckets)+1 {
-		return 0, fmt.Errorf("redis script: %d values for %d buckets", len(vals), len(buckets))
+	if len(vals) != fields*len(keys)+1 {
+		return 0, fmt.Errorf("redis script: %d values for %d buckets", len(vals), len(keys))
 	}
-	for i := range buckets {
-		v := vals[fields*i:]
-		results[i] = leaky.Result{
-			Admitted:  v[0] == 1,
-			State:     leaky.State{Counter: v[1], Timestamp: v[2]},
-			Remaining: v[3],
-			Clear:     micros(v[4]),
-			Reset:     micros(v[5]),
-			TTL:       micros(v[6]),
-		}
-		if before != nil {
-			before[i] = leaky.State{Counter: v[7], Timestamp: v[8]}
+	for _, r := range reqs {
+		for i := range r.buckets {
+			v := vals[:fields]
+			vals = vals[fields:]
+			r.results[i] = leaky.Result{
+				Admitted:  v[0] == 1,
+				State:     leaky.State{Counter: v[1], Timestamp: v[2]},
+				Remaining: v[3],
+				Clear:     micros(v[4]),
+				Reset:     micros(v[5]),
+				TTL:       micros(v[6]),
+			}
+			if r.before != nil {
+				r.before[i] = leaky.State{Counter: v[7], Timestamp: v[8]}
+			}
 		}
 	}
-	return vals[len(vals)-1], nil
+	return vals[0], nil
 }
 
 // params returns the three parameters decide.lua takes for a limit: size,

@@ -68,6 +68,10 @@ type Options struct {
 	// Pipeline batches concurrent script calls; the zero value sends each
 	// call on its own.
 	Pipeline Pipeline
+	// Batch is the most requests of concurrent calls one script call
+	// decides, when their buckets share a slot (script mode); 0 or 1
+	// decides each request in its own call.
+	Batch int
 }
 
 // Pipeline says how concurrent script calls are batched into pipelines:
@@ -89,7 +93,8 @@ type Store struct {
 	connect     *ClientOptions // nil: the client is not replaced
 	closed      atomic.Bool
 	exec        executor
-	keyPrefix   string // the prefix, and the mode's own mark
+	batch       *batcher // nil: a script call per request
+	keyPrefix   string   // the prefix, and the mode's own mark
 	cluster     bool
 	callerClock bool
 	log         *slog.Logger
@@ -151,11 +156,17 @@ func New(opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("redis store: unknown mode %d", opts.Mode)
 	}
+	if opts.Batch < 0 {
+		return nil, fmt.Errorf("redis store: batch %d must not be negative", opts.Batch)
+	}
 	cs, err := s.newClients(opts.Client)
 	if err != nil {
 		return nil, err
 	}
 	s.client.Store(cs)
+	if opts.Mode == ScriptMode && opts.Batch > 1 {
+		s.batch = newBatcher(s, opts.Batch)
+	}
 	return s, nil
 }
 
@@ -216,6 +227,13 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	}
 	c := s.client.Load()
 	if !s.cluster || sameSlot(keys) {
+		if s.batch != nil {
+			var sl uint16
+			if s.cluster {
+				sl = slot(keys[0])
+			}
+			return s.batch.submit(ctx, sl, at, keys, buckets, results[:len(buckets)])
+		}
 		_, err := s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)], nil)
 		return err
 	}
@@ -279,6 +297,9 @@ var errClosed = errors.New("redis store is closed")
 // Close closes the Redis client; Check fails afterwards.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	if s.batch != nil {
+		s.batch.close()
+	}
 	return s.client.Load().conn.Close()
 }
 

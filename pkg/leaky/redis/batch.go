@@ -1,0 +1,203 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// batcher decides the requests of concurrent calls whose buckets share a
+// slot in one script call: what Redis spends per call (the script's
+// lookup, its arguments, TIME, the reply) is then shared. Requests wait in
+// a queue per slot while earlier calls are out; a call takes, in arrival
+// order, up to limit of them. Each is still decided all or nothing on its
+// own, and in order, so a request sees the buckets as the ones before it
+// in the call left them.
+type batcher struct {
+	s     *Store
+	limit int
+
+	mu     sync.Mutex
+	queues map[uint16][]*queued // by slot; one, 0, for a single Redis
+	slots  []uint16             // slots with requests waiting, oldest first
+	closed bool
+
+	wake     chan struct{}
+	inflight chan struct{} // a place per call out
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// queued is one request waiting for its call.
+type queued struct {
+	ctx     context.Context
+	at      int64 // time to decide at, or -1 for Redis's
+	keys    []string
+	buckets []leaky.Bucket
+	results []leaky.Result // the batcher's own: written into dst if the caller still waits
+	dst     []leaky.Result
+
+	mu        sync.Mutex
+	abandoned bool // the caller's call ended: dst is no longer ours
+	answer    chan error
+}
+
+func newBatcher(s *Store, limit int) *batcher {
+	b := &batcher{s: s, limit: limit, queues: map[uint16][]*queued{},
+		wake: make(chan struct{}, 1), inflight: make(chan struct{}, pipelineBatches),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go b.loop()
+	return b
+}
+
+// submit queues a request and waits for its answer or the end of ctx. A
+// request abandoned at the end of ctx may still be decided, and charge:
+// the lost reply of the package documentation.
+func (b *batcher) submit(ctx context.Context, slot uint16, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+	q := &queued{ctx: ctx, at: at, keys: keys, buckets: buckets, results: make([]leaky.Result, len(buckets)), dst: results,
+		answer: make(chan error, 1)}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return errClosed
+	}
+	if len(b.queues[slot]) == 0 {
+		b.slots = append(b.slots, slot)
+	}
+	b.queues[slot] = append(b.queues[slot], q)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-q.answer:
+		return err
+	case <-ctx.Done():
+		q.mu.Lock()
+		q.abandoned = true
+		q.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+// answer gives a request its results, unless its caller has gone.
+func (q *queued) reply(err error) {
+	q.mu.Lock()
+	if !q.abandoned && err == nil {
+		copy(q.dst, q.results)
+	}
+	q.mu.Unlock()
+	q.answer <- err
+}
+
+// loop sends calls while requests wait and places are free.
+func (b *batcher) loop() {
+	defer close(b.done)
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.wake:
+		}
+		for {
+			select {
+			case b.inflight <- struct{}{}:
+			case <-b.stop:
+				return
+			}
+			group := b.take()
+			if group == nil {
+				<-b.inflight
+				break
+			}
+			go func() {
+				defer func() { <-b.inflight }()
+				b.call(group)
+			}()
+		}
+	}
+}
+
+// take removes up to limit requests of the slot waiting longest.
+func (b *batcher) take() []*queued {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.slots) == 0 {
+		return nil
+	}
+	slot := b.slots[0]
+	q := b.queues[slot]
+	n := min(len(q), b.limit)
+	group := q[:n:n]
+	if n == len(q) {
+		delete(b.queues, slot)
+		b.slots = b.slots[1:]
+	} else {
+		b.queues[slot] = q[n:]
+		b.slots = append(b.slots[1:], slot) // the rest waits behind the other slots
+	}
+	return group
+}
+
+// call decides a group in one script call. Requests whose call has ended
+// are left out; the call's deadline is the latest of the others'.
+func (b *batcher) call(group []*queued) {
+	live := group[:0:0]
+	var deadline time.Time
+	bounded := true
+	for _, q := range group {
+		if err := q.ctx.Err(); err != nil {
+			q.reply(err)
+			continue
+		}
+		live = append(live, q)
+		if d, ok := q.ctx.Deadline(); !ok {
+			bounded = false
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	var keys []string
+	reqs := make([]scriptRequest, len(live))
+	for i, q := range live {
+		keys = append(keys, q.keys...)
+		reqs[i] = scriptRequest{at: q.at, buckets: q.buckets, results: q.results}
+	}
+	_, err := runRequests(ctx, b.s.client.Load(), -1, keys, reqs)
+	for _, q := range live {
+		q.reply(err)
+	}
+}
+
+// close fails the requests waiting and stops the loop.
+func (b *batcher) close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	var waiting []*queued
+	for _, q := range b.queues {
+		waiting = append(waiting, q...)
+	}
+	b.queues, b.slots = nil, nil
+	b.mu.Unlock()
+	close(b.stop)
+	<-b.done
+	for _, q := range waiting {
+		q.reply(errClosed)
+	}
+}
