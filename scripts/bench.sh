@@ -12,7 +12,7 @@
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
 #   BENCH_TARGETS ('null memory redis redis-unbatched', and reference when
 #   BENCH_PEER names an envoyproxy/ratelimit binary: docs/performance.md says
-#   how to build one)
+#   how to build one; redis-batched, with -redis-batch-requests 32, on request)
 # Targets run in turn within each round, so that a slower spell of a shared
 # machine touches them all; the table shows each figure's median over rounds,
 # and each ratio to the null ceiling is the median of the ratios of a round.
