@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -34,4 +36,17 @@ func TestServeWarnsOfUnknownSettings(t *testing.T) {
 	if code != exitOK || !strings.Contains(stderr.String(), "RLS_REDIS_ULR is set, but envoy-rls has no such setting") {
 		t.Fatalf("exit %d, log:\n%s", code, stderr)
 	}
+}
+
+// TestEveryFlagIsDocumented: docs/operations.md names every flag of serve.
+func TestEveryFlagIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settingsFlagSet().VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(string(doc), "`-"+f.Name+"`") {
+			t.Errorf("-%s is not in docs/operations.md", f.Name)
+		}
+	})
 }
