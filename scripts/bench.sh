@@ -12,7 +12,8 @@
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
 #   BENCH_TARGETS ('null memory redis redis-unbatched', and reference when
 #   BENCH_PEER names an envoyproxy/ratelimit binary: docs/performance.md says
-#   how to build one; redis-batched, with -redis-batch-requests 32, on request)
+#   how to build one; redis-pipelined, a script call per request in
+#   pipelines, on request)
 # Targets run in turn within each round, so that a slower spell of a shared
 # machine touches them all; the table shows each figure's median over rounds,
 # and each ratio to the null ceiling is the median of the ratios of a round.
@@ -126,8 +127,8 @@ for t in $targets; do
 	null) ;;
 	memory) start_rls memory ;;
 	redis) start_rls redis -store redis -redis-url "$redis_url" ;;
-	redis-batched) start_rls redis-batched -store redis -redis-url "$redis_url" -redis-batch-requests 32 -redis-key-prefix rlsb: ;;
-	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
+	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
+	redis-pipelined) start_rls redis-pipelined -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-key-prefix rlsp: ;;
 	reference) start_reference ;;
 	*) log "unknown target $t"; exit 1 ;;
 	esac

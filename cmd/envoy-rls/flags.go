@@ -218,7 +218,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
 	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
-	fs.IntVar(&s.redisBatch, "redis-batch-requests", 0, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
+	fs.IntVar(&s.redisBatch, "redis-batch-requests", redis.DefaultBatch, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
 	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
 	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
 	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")

@@ -85,7 +85,8 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 		if o.pipeline != nil {
 			pipeline = *o.pipeline
 		}
-		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log, Pipeline: pipeline})
+		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log, Pipeline: pipeline,
+			Batch: redis.DefaultBatch}) // as the service runs
 		if err != nil {
 			t.Fatal(err)
 		}

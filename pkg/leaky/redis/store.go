@@ -200,6 +200,9 @@ func (s *Store) newClients(c goredis.UniversalClient) (*clients, error) {
 	return cs, nil
 }
 
+// DefaultBatch is the most requests one script call decides by default.
+const DefaultBatch = 32
+
 // DefaultPipeline batches up to 256 calls, without waiting.
 var DefaultPipeline = Pipeline{Limit: 256}
 
