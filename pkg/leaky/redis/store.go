@@ -4,7 +4,8 @@
 // In the default script mode, one Lua script (a port of
 // leaky.DecideAll) reads, decides and charges all buckets of a request that
 // share a hash slot in one round trip, on the Redis server's clock, so
-// replicas with skewed clocks agree. In transactions mode, for
+// replicas with skewed clocks agree; with Options.Batch, one call decides
+// several queued requests of a slot in turn, each all or nothing. In transactions mode, for
 // Redis-compatible servers without scripting, each request is a WATCH /
 // MULTI / EXEC transaction that decides with leaky.DecideAll in Go.
 //
