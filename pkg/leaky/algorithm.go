@@ -2,6 +2,7 @@ package leaky
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/window"
@@ -115,6 +116,35 @@ func charge(r *Result, l Limit, now, hits int64) {
 		w.Charge(&st, time.UnixMicro(now), hits)
 		r.State = State{Counter: st.Count, Timestamp: st.Index * win}
 	}
+}
+
+// Uncharge takes hits back from a window's state, from the (sub-)window
+// they were charged to at the instant at, if the state still counts it:
+// the undo of a charge another slot's rejection calls off. A sliding
+// window's counts are copied, not changed. A leaky bucket is returned as
+// it is: its undo compares states instead.
+func Uncharge(s State, l Limit, at time.Time, hits int64) State {
+	switch l.Algorithm {
+	case SlidingWindow:
+		res := l.Sliding().Resolution.Microseconds()
+		back := floorDiv(s.Timestamp, res) - floorDiv(at.UnixMicro(), res)
+		if back < 0 || back >= int64(len(s.Counts)) {
+			return s
+		}
+		counts := slices.Clone(s.Counts)
+		counts[back] -= min(counts[back], hits)
+		return State{Counter: s.Counter - (s.Counts[back] - counts[back]), Timestamp: s.Timestamp, Counts: counts}
+	case FixedWindow:
+		win := l.Fixed().Window.Microseconds()
+		if s.Counter == 0 || floorDiv(s.Timestamp, win) != floorDiv(at.UnixMicro(), win) {
+			return s
+		}
+		if c := s.Counter - hits; c > 0 {
+			return State{Counter: c, Timestamp: s.Timestamp}
+		}
+		return State{}
+	}
+	return s
 }
 
 func fromWindow(r window.Result, s State) Result {

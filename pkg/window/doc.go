@@ -29,3 +29,16 @@ type Result struct {
 	// (Clear after a charge); 0 means it need not be kept.
 	TTL time.Duration
 }
+
+// admit decides whether hits fit in a window that counts count: Admitted
+// and Remaining, and the count once charged (the count as it is when the
+// hits do not fit).
+func admit(limit, count, hits int64) (r Result, after int64) {
+	r.Admitted = hits <= limit-count
+	after = count
+	if r.Admitted {
+		after = max(count+hits, 0)
+		r.Remaining = max(limit-after, 0)
+	}
+	return r, after
+}

@@ -46,14 +46,7 @@ func (l Fixed) Decide(s FixedState, now time.Time, hits int64) Result {
 	if cur == s.Index {
 		count = s.Count
 	}
-	r := Result{Admitted: hits <= l.Limit-count}
-	after := count
-	if r.Admitted {
-		after = max(count+hits, 0)
-	}
-	if r.Admitted {
-		r.Remaining = max(l.Limit-after, 0)
-	}
+	r, after := admit(l.Limit, count, hits)
 	end := time.Duration((cur+1)*win-us) * time.Microsecond
 	if after > 0 {
 		r.Clear = end

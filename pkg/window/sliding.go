@@ -99,14 +99,7 @@ func (l Sliding) Decide(s SlidingState, now time.Time, hits int64) Result {
 	for k := int64(0); k+shift < n && k < int64(len(s.Counts)); k++ {
 		count += s.Counts[k]
 	}
-	r := Result{Admitted: hits <= l.Limit-count}
-	after := count
-	if r.Admitted {
-		after = max(count+hits, 0)
-	}
-	if r.Admitted {
-		r.Remaining = max(l.Limit-after, 0)
-	}
+	r, after := admit(l.Limit, count, hits)
 	// A sub-window k back from cur leaves the window when cur+n-k begins.
 	leaves := func(k int64) time.Duration { return time.Duration((cur+n-k)*res-us) * time.Microsecond }
 	if r.Admitted && hits > 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"time"
 
@@ -139,25 +138,8 @@ func sameState(a, b leaky.State) bool {
 // added; a window less the hits in the (sub-)window they were charged to,
 // if it still counts them. undo.lua is its twin.
 func undone(cur leaky.State, stored bool, ch change) leaky.State {
-	switch ch.limit.Algorithm {
-	case leaky.SlidingWindow:
-		res := ch.limit.Sliding().Resolution.Microseconds()
-		back := floorDiv(cur.Timestamp, res) - floorDiv(ch.at, res)
-		if back < 0 || back >= int64(len(cur.Counts)) {
-			return cur
-		}
-		counts := slices.Clone(cur.Counts)
-		counts[back] -= min(counts[back], ch.hits)
-		return leaky.State{Counter: cur.Counter - (cur.Counts[back] - counts[back]), Timestamp: cur.Timestamp, Counts: counts}
-	case leaky.FixedWindow:
-		win := ch.limit.Fixed().Window.Microseconds()
-		if !stored || floorDiv(cur.Timestamp, win) != floorDiv(ch.at, win) {
-			return cur
-		}
-		if c := cur.Counter - ch.hits; c > 0 {
-			return leaky.State{Counter: c, Timestamp: cur.Timestamp}
-		}
-		return leaky.State{}
+	if ch.limit.Algorithm != leaky.LeakyBucket {
+		return leaky.Uncharge(cur, ch.limit, time.UnixMicro(ch.at), ch.hits)
 	}
 	if (stored && sameState(cur, ch.after)) || (!stored && ch.after.Counter == 0) {
 		return ch.before
@@ -259,13 +241,4 @@ func readState(vals []any) (leaky.State, bool) {
 		return leaky.State{}, false
 	}
 	return leaky.State{Counter: c, Timestamp: t}, true
-}
-
-// floorDiv is a/b rounded towards minus infinity, for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
