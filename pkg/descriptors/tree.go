@@ -336,11 +336,16 @@ func statKey(raw *rawNode) string {
 }
 
 // statPart turns a level's "key=value" into envoyproxy/ratelimit's
-// "key_value", with ':' and '|' as '_' as its stat names have them.
+// "key_value".
 func statPart(s string) string {
-	s = strings.Replace(s, "=", "_", 1)
-	return strings.NewReplacer(":", "_", "|", "_").Replace(s)
+	return StatName(strings.Replace(s, "=", "_", 1))
 }
+
+var statReplacer = strings.NewReplacer(":", "_", "|", "_")
+
+// StatName is a part of a stat's name as envoyproxy/ratelimit writes it:
+// ':' and '|' as '_'.
+func StatName(s string) string { return statReplacer.Replace(s) }
 
 // StatKey returns the name envoyproxy/ratelimit counts this limit's stats
 // under, below its domain, such as "user_alice.action_trade" or "user":

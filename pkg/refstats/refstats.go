@@ -10,7 +10,6 @@
 package refstats
 
 import (
-	"strings"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -61,7 +60,7 @@ func (o *Observer) Limit(domain string, rule *descriptors.Rule, key string, hits
 		return // a check, or hits given back: the reference counts neither
 	}
 	n := uint64(hits)
-	prefix := "ratelimit.service.rate_limit." + statName(domain) + "." + rule.StatKey(key) + "."
+	prefix := "ratelimit.service.rate_limit." + descriptors.StatName(domain) + "." + rule.StatKey(key) + "."
 	o.sink.Count(prefix+"total_hits", n)
 	switch {
 	case !r.Admitted:
@@ -98,10 +97,4 @@ func (o *Observer) ConfigReload(ok bool) {
 	} else {
 		o.sink.Count(configFailed, 1)
 	}
-}
-
-// statName is a name part as the reference's stats have it: ':' and '|'
-// as '_'.
-func statName(s string) string {
-	return strings.NewReplacer(":", "_", "|", "_").Replace(s)
 }

@@ -91,19 +91,12 @@ func (s *StatsD) flush() {
 	if len(counts) == 0 && len(times) == 0 {
 		return
 	}
-	var lines [][]byte
+	lines := make([][]byte, 0, len(counts)+len(times))
 	for name, n := range counts {
-		lines = append(lines, strconv.AppendUint([]byte(name+":"), n, 10))
+		lines = append(lines, append(strconv.AppendUint([]byte(name+":"), n, 10), "|c\n"...))
 	}
 	for _, t := range times {
-		lines = append(lines, strconv.AppendFloat([]byte(t.name+":"), t.ms, 'f', -1, 64))
-	}
-	for i := range lines {
-		if i < len(counts) {
-			lines[i] = append(lines[i], "|c\n"...)
-		} else {
-			lines[i] = append(lines[i], "|ms\n"...)
-		}
+		lines = append(lines, append(strconv.AppendFloat([]byte(t.name+":"), t.ms, 'f', -1, 64), "|ms\n"...))
 	}
 	if err := s.send(lines); err != nil {
 		s.log.Warn("statsd: stats not sent", "addr", s.addr, "err", err, "timings_dropped", lost)
