@@ -95,9 +95,9 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 		r := &reader{file: src.Name, algorithm: o.RateLimitAlgorithm}
 		raw := parseFile(r, src.Data)
 		r.finish()
-		warnings = append(warnings, r.warnings...)
-		if len(r.errors) > 0 {
-			errs = append(errs, r.errors...)
+		warnings = append(warnings, r.warnings.list...)
+		if len(r.errors.list) > 0 {
+			errs = append(errs, r.errors.list...)
 			continue
 		}
 		if prev, dup := c.domains[raw.name]; dup {

@@ -73,29 +73,29 @@ func parseFile(r *reader, data []byte) *rawDomain {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			r.errors = append(r.errors, Problem{File: r.file, Line: 1, Field: "domain", Msg: "is required: the file is empty"})
+			r.addError(Problem{Line: 1, Field: "domain", Msg: "is required: the file is empty"})
 			return nil
 		}
-		r.errors = append(r.errors, yamlProblem(r.file, data, err))
+		r.addError(yamlProblem(r.file, data, err))
 		return nil
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case errors.Is(err, io.EOF):
 	case err != nil: // a later document that is not YAML: its line
-		r.errors = append(r.errors, yamlProblem(r.file, data, err))
+		r.addError(yamlProblem(r.file, data, err))
 		return nil
 	default:
-		r.errors = append(r.errors, Problem{File: r.file, Line: max(extra.Line, 1), Msg: "holds more than one YAML document: put each domain in its own file"})
+		r.addError(Problem{Line: max(extra.Line, 1), Msg: "holds more than one YAML document: put each domain in its own file"})
 		return nil
 	}
 	if len(doc.Content) == 0 {
-		r.errors = append(r.errors, Problem{File: r.file, Line: max(doc.Line, 1), Field: "domain", Msg: "is required: the document is empty"})
+		r.addError(Problem{Line: max(doc.Line, 1), Field: "domain", Msg: "is required: the document is empty"})
 		return nil
 	}
 	if p := checkAliases(doc.Content[0]); p != nil {
 		p.File = r.file
-		r.errors = append(r.errors, *p)
+		r.addError(*p)
 		return nil
 	}
 	root := deref(doc.Content[0])
@@ -140,9 +140,7 @@ func (r *reader) checkReplaces(top []*rawNode) {
 	walk(top)
 	for _, x := range all {
 		for i, name := range x.l.replaces {
-			if !names[name] && len(r.warnings) >= maxProblems {
-				r.moreWarnings.add(x.l.replacesLines[i])
-			} else if !names[name] {
+			if !names[name] && !r.warnings.full(x.l.replacesLines[i]) {
 				r.addWarning(Problem{Line: x.l.replacesLines[i], Field: replacesField(x.n, x.l, i),
 					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", clip(name))})
 			}

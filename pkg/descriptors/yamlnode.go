@@ -19,13 +19,11 @@ import (
 // line and field path, so that one pass reports every mistake in the file
 // (up to maxProblems errors, and as many warnings).
 type reader struct {
-	file         string
-	errors       []Problem
-	warnings     []Problem
-	moreErrors   dropped
-	moreWarnings dropped
-	repeats      map[string]*repeat // warnings given once per field name
-	hasReplaces  bool               // some limit replaces others: check the names
+	file        string
+	errors      problemList
+	warnings    problemList
+	repeats     map[string]*repeat // warnings given once per field name
+	hasReplaces bool               // some limit replaces others: check the names
 	// algorithm is what a rate_limit becomes: the file's
 	// rate_limit_algorithm, else the default the reader was given.
 	algorithm leaky.Algorithm
@@ -57,25 +55,36 @@ func (d *dropped) problem(file, kind string) []Problem {
 		Msg: fmt.Sprintf("and %d more %s in this file, the first on this line: only the first %d are listed", d.n, kind, maxProblems)}}
 }
 
-// addError records an error of this file, unless there are enough.
-func (r *reader) addError(p Problem) {
-	if len(r.errors) >= maxProblems {
-		r.moreErrors.add(p.Line)
-		return
-	}
-	p.File = r.file
-	r.errors = append(r.errors, p)
+// problemList is a file's errors, or its warnings: the first maxProblems,
+// and a count of the rest.
+type problemList struct {
+	list []Problem
+	more dropped
 }
 
-// addWarning records a warning of this file, unless there are enough.
-func (r *reader) addWarning(p Problem) {
-	if len(r.warnings) >= maxProblems {
-		r.moreWarnings.add(p.Line)
-		return
+// full reports whether the list holds all it may; then the problem at
+// line is counted among the rest, and its message need not be made.
+func (l *problemList) full(line int) bool {
+	if len(l.list) < maxProblems {
+		return false
 	}
-	p.File = r.file
-	r.warnings = append(r.warnings, p)
+	l.more.add(line)
+	return true
 }
+
+// add records a problem of file, unless the list is full.
+func (l *problemList) add(file string, p Problem) {
+	if !l.full(p.Line) {
+		p.File = file
+		l.list = append(l.list, p)
+	}
+}
+
+// addError records an error of this file, unless there are enough.
+func (r *reader) addError(p Problem) { r.errors.add(r.file, p) }
+
+// addWarning records a warning of this file, unless there are enough.
+func (r *reader) addWarning(p Problem) { r.warnings.add(r.file, p) }
 
 // repeat is a warning about a field name and how many more places have it.
 type repeat struct {
@@ -84,8 +93,7 @@ type repeat struct {
 }
 
 func (r *reader) errorf(n *yaml.Node, p *fieldPath, format string, args ...any) {
-	if len(r.errors) >= maxProblems { // before the message is made
-		r.moreErrors.add(line(n))
+	if r.errors.full(line(n)) { // before the message is made
 		return
 	}
 	r.addError(Problem{Line: line(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
@@ -101,32 +109,30 @@ func (r *reader) warnOnce(n *yaml.Node, p *fieldPath, name, msg string) {
 		rep.more++
 		return
 	}
-	if len(r.warnings) >= maxProblems {
-		r.moreWarnings.add(line(n))
+	if r.warnings.full(line(n)) {
 		return
 	}
-	r.repeats[name] = &repeat{index: len(r.warnings)}
+	r.repeats[name] = &repeat{index: len(r.warnings.list)}
 	r.addWarning(Problem{Line: line(n), Field: p.String(), Msg: msg})
 }
 
 // finish completes the messages of repeated warnings, and says how many
 // problems were not listed.
 func (r *reader) finish() {
-	r.errors = append(r.errors, r.moreErrors.problem(r.file, "errors")...)
-	r.warnings = append(r.warnings, r.moreWarnings.problem(r.file, "warnings")...)
+	r.errors.list = append(r.errors.list, r.errors.more.problem(r.file, "errors")...)
+	r.warnings.list = append(r.warnings.list, r.warnings.more.problem(r.file, "warnings")...)
 	for _, rep := range r.repeats {
 		switch {
 		case rep.more == 1:
-			r.warnings[rep.index].Msg += " (and 1 more place in this file)"
+			r.warnings.list[rep.index].Msg += " (and 1 more place in this file)"
 		case rep.more > 1:
-			r.warnings[rep.index].Msg += fmt.Sprintf(" (and %d more places in this file)", rep.more)
+			r.warnings.list[rep.index].Msg += fmt.Sprintf(" (and %d more places in this file)", rep.more)
 		}
 	}
 }
 
 func (r *reader) warnf(n *yaml.Node, p *fieldPath, format string, args ...any) {
-	if len(r.warnings) >= maxProblems {
-		r.moreWarnings.add(line(n))
+	if r.warnings.full(line(n)) {
 		return
 	}
 	r.addWarning(Problem{Line: line(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
@@ -229,9 +235,7 @@ next:
 			}
 		}
 		if !slices.Contains(known, name) {
-			if len(r.errors) >= maxProblems {
-				r.moreErrors.add(k.Line) // without the suggestion's cost
-			} else {
+			if !r.errors.full(k.Line) { // else without the suggestion's cost
 				r.errorf(k, &fp, "unknown field%s (known fields: %s)", suggest(name, known), strings.Join(known, ", "))
 			}
 			continue
