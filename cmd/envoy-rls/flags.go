@@ -49,6 +49,7 @@ type settings struct {
 	pprof               bool
 	pipelineLimit       int
 	redisBatch          int
+	syncInterval        time.Duration
 	pipelineWindow      time.Duration
 	memoryMaxBuckets    int
 	memoryMaxBytes      byteSize
@@ -218,6 +219,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
 	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
+	fs.DurationVar(&s.syncInterval, "sync-interval", 0, "with -store redis: 0 decides every request on Redis (exact); above 0, the local-first mode: decide in process against units Redis leases to this replica, and sync with Redis once per interval (see the README for what it guarantees)")
 	fs.IntVar(&s.redisBatch, "redis-batch-requests", redis.DefaultBatch, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
 	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
 	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
@@ -326,6 +328,12 @@ func (s *settings) check() error {
 		return fmt.Errorf("-config: must name a file or directory")
 	case s.redisBatch < 0:
 		return fmt.Errorf("-redis-batch-requests: must be 0 or more, got %d", s.redisBatch)
+	case s.syncInterval < 0:
+		return fmt.Errorf("-sync-interval: must not be negative, got %s", s.syncInterval)
+	case s.syncInterval > 0 && s.store.value != redisStore:
+		return fmt.Errorf("-sync-interval: the local-first mode syncs with Redis: it needs -store redis")
+	case s.syncInterval > 0 && s.redisMode.value != redis.ScriptMode:
+		return fmt.Errorf("-sync-interval: the local-first mode needs -redis-mode script")
 	case s.pipelineLimit < 0:
 		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
 	case s.pipelineWindow < 0:

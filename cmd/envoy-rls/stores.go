@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/fallback"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/localfirst"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
@@ -54,13 +55,35 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		ReadTimeout:      s.redisReadTimeout,
 		WriteTimeout:     s.redisWriteTimeout,
 	}})
-	if err != nil || s.failureMode.value != failLocal {
-		return st, err
+	if err != nil {
+		return nil, err
 	}
 	// The over-limit cache takes its share of the bytes (serviceOptions);
-	// the local store, alive only during an outage, the rest.
+	// the local table or store the rest.
 	memOpts.MaxBytes -= cacheBytes(s)
-	fb := fallback.New(st, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
+	var primary fallback.Primary = st
+	if s.syncInterval > 0 {
+		tableBytes := memOpts.MaxBytes
+		if s.failureMode.value == failLocal {
+			// The outage's local store has the other half.
+			tableBytes /= 2
+			memOpts.MaxBytes -= tableBytes
+		}
+		lf, err := localfirst.New(st, localfirst.Options{Interval: s.syncInterval, MaxBytes: tableBytes, Logger: log})
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		if s.failureMode.value != failLocal {
+			m.WatchBuckets(lf.Len, lf.Bytes, nil)
+			return lf, nil
+		}
+		primary = lf
+	}
+	if s.failureMode.value != failLocal {
+		return st, nil
+	}
+	fb := fallback.New(primary, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
 	m.WatchBuckets(fb.Len, fb.Bytes, nil) // a local store lives for one outage: no running count
 	return fb, nil
 }

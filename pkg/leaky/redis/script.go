@@ -21,8 +21,13 @@ var (
 	undoSource string
 	//go:embed state.lua
 	stateSource string
+	//go:embed algorithms.lua
+	algorithmsSource string
+	//go:embed lease.lua
+	leaseSource string
 
-	decideScript = newScript(stateSource + decideSource)
+	decideScript = newScript(stateSource + algorithmsSource + decideSource)
+	leaseScript  = newScript(stateSource + algorithmsSource + leaseSource)
 	undoScript   = newScript(stateSource + undoSource)
 )
 

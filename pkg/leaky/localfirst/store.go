@@ -1,0 +1,451 @@
+// Package localfirst is the local-first mode of the Redis store: each
+// replica decides in process, against units of each bucket that Redis
+// leased to it, and reconciles with Redis once per interval in batched
+// script calls, so that Redis work grows with the buckets in use per
+// interval rather than with requests.
+//
+// A lease is charged on Redis like admitted hits, before the replica
+// admits anything with it, so units granted to all replicas together never
+// exceed what the limit allows. What a replica holds and does not use is
+// given back at its next sync. The mode trades exactness for Redis work in
+// two bounded ways (docs/operations.md, "Local-first mode"):
+//   - it may admit less: units one replica holds unused are refused to the
+//     others until that replica's next sync, and a replica whose bucket
+//     was found full waits for its next sync before asking again;
+//   - a leaky bucket's leased units start leaking on Redis when granted,
+//     not when used, so units held for a while let the bucket take that
+//     much more: at most what it drips while units are held, at most two
+//     intervals.
+//
+// A request is all or nothing within a replica. Across replicas each
+// bucket is all or nothing per lease, not per request.
+package localfirst
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+)
+
+// Remote is the Redis store underneath: leases, and exact decisions for
+// requests whose buckets the local table has no room for.
+type Remote interface {
+	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error)
+	Check(ctx context.Context) error
+	Close() error
+}
+
+// Options configure a Store.
+type Options struct {
+	// Interval is how often the replica syncs with Redis. Required.
+	Interval time.Duration
+	// MaxBytes bounds the local table, by each bucket's key and
+	// EntryOverhead; requests with a bucket beyond it are decided on Redis,
+	// exactly. 0 means memory.DefaultMaxBytes' 256 MiB.
+	MaxBytes int64
+	// SyncTimeout bounds one lease call: a sync, or a call for more units
+	// (which goes on after the request that made it stops waiting). 0
+	// means the interval, and at least a second.
+	SyncTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// EntryOverhead is what a bucket of the local table counts against
+// MaxBytes beside its key: the entry and its map slot.
+const EntryOverhead = 192
+
+const shards = 64
+
+// Store decides locally against leases from a Remote. It is safe for
+// concurrent use.
+type Store struct {
+	remote   Remote
+	interval time.Duration
+	timeout  time.Duration
+	maxBytes int64
+	log      *slog.Logger
+	seed     maphash.Seed
+	shards   [shards]shard
+	bytes    atomic.Int64
+	// offset is Redis's clock less the local one, in microseconds, as the
+	// last lease call found it: leases are charged on Redis's clock.
+	offset   atomic.Int64
+	nextSync atomic.Int64 // local Unix microseconds
+	syncs    atomic.Uint64
+	failures atomic.Uint64
+	lost     atomic.Uint64 // units set aside and not given back
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[string]*entry
+}
+
+// entry is one bucket as this replica knows it.
+type entry struct {
+	limit leaky.Limit
+	// lease is the units this replica may admit without asking Redis;
+	// leasedAt is Redis's time of the grant they came from.
+	lease, leasedAt int64
+	// global is the bucket on Redis after the last grant, for the figures
+	// a response reports.
+	global leaky.State
+	// demand is the hits asked for since the last sync (admitted or not),
+	// prev those of the interval before: what the next lease is sized by.
+	demand, prev int64
+	// stale is a sliding window's units set aside by expire, granted at
+	// staleAt, for the next sync to give back.
+	stale, staleAt int64
+	// roomAt is when Redis had room again for one more unit, as it said
+	// at the last grant (its clock, Unix microseconds).
+	roomAt int64
+	// dry is set when Redis had less room than asked: no more asking
+	// until the next sync.
+	dry bool
+	// busy is closed when the lease call out for this bucket returns; nil
+	// when none is.
+	busy chan struct{}
+}
+
+// New returns a store deciding locally against remote's leases and starts
+// its sync loop. Close stops it and gives back what it holds.
+func New(remote Remote, opts Options) (*Store, error) {
+	if opts.Interval <= 0 {
+		return nil, fmt.Errorf("local-first store: the sync interval must be positive, got %v", opts.Interval)
+	}
+	if opts.MaxBytes == 0 {
+		opts.MaxBytes = 256 << 20
+	}
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("local-first store: max bytes must not be negative, got %d", opts.MaxBytes)
+	}
+	if opts.SyncTimeout <= 0 {
+		opts.SyncTimeout = max(opts.Interval, time.Second)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{remote: remote, interval: opts.Interval, timeout: opts.SyncTimeout, maxBytes: opts.MaxBytes,
+		log: opts.Logger, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
+	for i := range s.shards {
+		s.shards[i].m = map[string]*entry{}
+	}
+	s.nextSync.Store(time.Now().Add(opts.Interval).UnixMicro())
+	go s.loop()
+	return s, nil
+}
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("local-first store: closed")
+
+// maxRounds bounds how often one Apply waits for or asks Redis.
+const maxRounds = 3
+
+// Apply decides the buckets of one request with the all-or-nothing rule,
+// against this replica's leases; a bucket without enough asks Redis for
+// more (once per bucket until the next sync if Redis has less than
+// asked). A request with a bucket the local table has no room for is
+// decided on Redis, exactly. An error means Redis was needed and did not
+// answer; nothing is charged then.
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
+	if len(results) < len(buckets) {
+		return fmt.Errorf("local-first store: %d results for %d buckets", len(results), len(buckets))
+	}
+	if len(buckets) == 0 {
+		return nil
+	}
+	ids := make([]uint32, len(buckets))
+	var locks []uint32
+	for i, b := range buckets {
+		ids[i] = uint32(maphash.String(s.seed, b.Key) % shards)
+		locks = insertSorted(locks, ids[i])
+	}
+	entries := make([]*entry, len(buckets))
+	for round := 0; ; round++ {
+		s.lock(locks)
+		for i, b := range buckets {
+			e, err := s.entry(&s.shards[ids[i]], b)
+			if err != nil {
+				s.unlock(locks)
+				return s.remote.Apply(ctx, now, buckets, results)
+			}
+			entries[i] = e
+		}
+		rnow := now.UnixMicro() + s.offset.Load()
+		var wait chan struct{}
+		var ask []int // buckets to ask Redis for more
+		refused := false
+		for i, b := range buckets {
+			e := entries[i]
+			s.expire(e, rnow)
+			if b.Hits <= 0 || b.Shadow || e.lease >= b.Hits {
+				continue
+			}
+			switch {
+			case e.busy != nil:
+				wait = e.busy
+			case e.dry || round > 0:
+				refused = true
+			default:
+				ask = append(ask, i)
+			}
+		}
+		if !refused && round < maxRounds && (wait != nil || len(ask) > 0) {
+			var leases []redis.Lease
+			if wait == nil {
+				wait, leases = s.askMore(buckets, entries, ask)
+			}
+			s.unlock(locks)
+			var failed chan error
+			if len(ask) > 0 {
+				// The call runs to its end even if this request stops
+				// waiting: Redis charges a grant whether or not its
+				// answer is read, so an answer dropped would be units lost
+				// for as long as the bucket holds them.
+				failed = make(chan error, 1)
+				held := slices.Clone(entries)
+				go func() {
+					lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+					defer cancel()
+					failed <- s.lease(lctx, now, leases, func(j int) *entry { return held[ask[j]] })
+					close(wait)
+				}()
+			}
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if failed != nil {
+				if err := <-failed; err != nil {
+					return err // Redis was needed: the caller's failure mode decides
+				}
+			}
+			continue
+		}
+		admitted := !refused
+		for i, b := range buckets {
+			e := entries[i]
+			if b.Hits > 0 {
+				e.demand += b.Hits
+			}
+			if !b.Shadow && b.Hits > e.lease {
+				admitted = false
+			}
+		}
+		for i, b := range buckets {
+			results[i] = s.report(entries[i], b, rnow, admitted)
+		}
+		if admitted {
+			for i, b := range buckets {
+				e := entries[i]
+				switch {
+				case b.Hits < 0:
+					e.lease -= b.Hits // given back: this replica may admit them again
+				case b.Shadow:
+					e.lease -= min(b.Hits, e.lease) // past its lease, a shadow bucket is not charged
+				default:
+					e.lease -= b.Hits
+				}
+			}
+		}
+		s.unlock(locks)
+		return nil
+	}
+}
+
+// entry returns the entry of bucket b, made if new; an error if the table
+// is full.
+func (s *Store) entry(sh *shard, b leaky.Bucket) (*entry, error) {
+	e := sh.m[b.Key]
+	if e != nil && e.limit == b.Limit {
+		return e, nil
+	}
+	if e == nil {
+		if s.bytes.Load()+cost(b.Key) > s.maxBytes {
+			return nil, errFull
+		}
+		s.bytes.Add(cost(b.Key))
+		e = &entry{}
+		sh.m[b.Key] = e
+	}
+	if e.limit != b.Limit {
+		// A new limit (a reload): what was leased under the old one is
+		// not this one's. It is left to leak or expire on Redis.
+		*e = entry{limit: b.Limit, busy: e.busy}
+	}
+	return e, nil
+}
+
+var errFull = errors.New("local-first store: the local table is full")
+
+func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
+
+// expire ends the leased units of a window that may no longer be used,
+// on Redis's clock. A fixed window's units count in the window they were
+// charged to: they end with it, and are no loss, as it has ended. A
+// sliding window's count from the sub-window they were charged to, and
+// leave the window that much early if used later: they are used for at
+// most a sub-window or an interval, whichever is longer, then set aside
+// for the next sync to give back.
+func (s *Store) expire(e *entry, rnow int64) {
+	if e.lease == 0 {
+		return
+	}
+	switch e.limit.Algorithm {
+	case leaky.SlidingWindow:
+		usable := max(e.limit.Sliding().Resolution.Microseconds(), s.interval.Microseconds())
+		if rnow-e.leasedAt >= usable {
+			if e.stale > 0 && e.staleAt != e.leasedAt {
+				s.lost.Add(uint64(e.stale)) // only one set aside at a time
+			}
+			e.stale, e.staleAt = e.stale+e.lease, e.leasedAt
+			e.lease = 0
+		}
+	case leaky.FixedWindow:
+		win := e.limit.Fixed().Window.Microseconds()
+		if floorDiv(rnow, win) != floorDiv(e.leasedAt, win) {
+			e.lease = 0
+		}
+	}
+}
+
+// askMore marks the buckets ask as busy and returns the channel closed
+// when Redis has answered, and what to ask it: what the request lacks, and
+// at least twice the bucket's demand so far, so that a bucket in demand
+// needs few calls.
+func (s *Store) askMore(buckets []leaky.Bucket, entries []*entry, ask []int) (chan struct{}, []redis.Lease) {
+	ch := make(chan struct{})
+	leases := make([]redis.Lease, len(ask))
+	for j, i := range ask {
+		b, e := buckets[i], entries[i]
+		e.busy = ch
+		want := max(b.Hits, 2*(max(e.demand, e.prev)+b.Hits)) - e.lease
+		leases[j] = redis.Lease{Key: b.Key, Limit: b.Limit, Ask: want}
+	}
+	return ch, leases
+}
+
+// lease runs leases on Redis and applies the answer to the entries entry(j)
+// returns, under their shards' locks; it clears their busy marks. It
+// returns the first error of a call.
+func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, entryOf func(j int) *entry) error {
+	start := time.Now()
+	rnow, err := s.remote.LeaseAll(ctx, now, leases)
+	if rnow > 0 {
+		// Redis decided somewhere between the call and its answer: half
+		// way, as far as can be told.
+		s.offset.Store(rnow - now.UnixMicro() - time.Since(start).Microseconds()/2)
+	}
+	if err != nil {
+		s.failures.Add(1)
+	}
+	for j := range leases {
+		l := leases[j]
+		sh := &s.shards[maphash.String(s.seed, l.Key)%shards]
+		sh.mu.Lock()
+		e := entryOf(j)
+		if l.Err == nil {
+			if l.Granted > 0 {
+				e.lease += l.Granted
+				e.leasedAt = l.Now
+			}
+			e.global = l.State
+			e.roomAt = l.Now + l.Wait.Microseconds()
+			if l.Ask > 0 && l.Granted < l.Ask {
+				e.dry = true
+			}
+		}
+		e.busy = nil
+		sh.mu.Unlock()
+	}
+	return err
+}
+
+// report is the result a bucket reports: its lease, and Redis's state as
+// last learnt, dripped to now, for what the others hold.
+func (s *Store) report(e *entry, b leaky.Bucket, rnow int64, admitted bool) leaky.Result {
+	global := e.global
+	if b.Limit.Algorithm == leaky.SlidingWindow {
+		// Redis reports a sliding window's count, not its counts: as if
+		// all in its newest sub-window, which leaves last.
+		global = leaky.State{Counter: global.Counter, Timestamp: global.Timestamp, Counts: []int64{global.Counter}}
+	}
+	at := time.UnixMicro(rnow)
+	own := b.Hits <= e.lease
+	if own {
+		r := leaky.Decide(global, b.Limit, at, 0)
+		r.Admitted = true
+		left := e.lease // what stays, with Redis's room, if it is not charged
+		if admitted {
+			left -= b.Hits
+		}
+		r.Remaining = min(r.Remaining+left, b.Limit.Size)
+		return r
+	}
+	// Not enough leased: when would Redis have room for what is lacking?
+	r := leaky.Decide(global, b.Limit, at, b.Hits-e.lease)
+	r.Admitted = own
+	r.Remaining = 0
+	if b.Limit.Algorithm == leaky.SlidingWindow {
+		// Its counts are not known here: when Redis said it would have room.
+		r.Reset = time.Duration(e.roomAt-rnow) * time.Microsecond
+	}
+	next := time.Duration(s.nextSync.Load()-(rnow-s.offset.Load())) * time.Microsecond
+	r.Reset = max(r.Reset, next, 0)
+	return r
+}
+
+func (s *Store) lock(ids []uint32) {
+	for _, id := range ids {
+		s.shards[id].mu.Lock()
+	}
+}
+
+func (s *Store) unlock(ids []uint32) {
+	for _, id := range ids {
+		s.shards[id].mu.Unlock()
+	}
+}
+
+func insertSorted(ids []uint32, id uint32) []uint32 {
+	for i, x := range ids {
+		if x == id {
+			return ids
+		}
+		if x > id {
+			ids = append(ids, 0)
+			copy(ids[i+1:], ids[i:])
+			ids[i] = id
+			return ids
+		}
+	}
+	return append(ids, id)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}

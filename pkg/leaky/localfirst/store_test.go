@@ -1,0 +1,249 @@
+package localfirst
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+)
+
+// remote is a Remote kept in process by leaky.Lease and leaky.DecideAll,
+// for the store's own logic; test/integration runs the store on Redis.
+type remote struct {
+	mu      sync.Mutex
+	states  map[string]leaky.State
+	leases  atomic.Int64 // LeaseAll calls
+	applies atomic.Int64
+	down    atomic.Bool
+}
+
+func newRemote() *remote { return &remote{states: map[string]leaky.State{}} }
+
+var errDown = errors.New("down")
+
+func (r *remote) Apply(_ context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+	if r.down.Load() {
+		return errDown
+	}
+	r.applies.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	states := make([]leaky.State, len(buckets))
+	for i, b := range buckets {
+		states[i] = r.states[b.Key]
+	}
+	if leaky.DecideAll(states, buckets, now, results) {
+		for i, b := range buckets {
+			r.states[b.Key] = results[i].State
+		}
+	}
+	return nil
+}
+
+func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease) (int64, error) {
+	if r.down.Load() {
+		for i := range leases {
+			leases[i].Err = errDown
+		}
+		return 0, errDown
+	}
+	r.leases.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range leases {
+		l := &leases[i]
+		st := r.states[l.Key]
+		st.Counts = slices.Clone(st.Counts)
+		g, res := leaky.Lease(st, l.Limit, now, l.Return, time.UnixMicro(l.At), l.Ask)
+		r.states[l.Key] = res.State
+		l.Granted, l.State = g, res.State
+	}
+	for i := range leases {
+		leases[i].Now = now.UnixMicro()
+	}
+	return now.UnixMicro(), nil
+}
+
+func (r *remote) Check(context.Context) error { return nil }
+func (r *remote) Close() error                { return nil }
+
+func newStore(t *testing.T, r Remote, interval time.Duration) *Store {
+	t.Helper()
+	s, err := New(r, Options{Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func apply(t *testing.T, s *Store, now time.Time, bs ...leaky.Bucket) ([]leaky.Result, bool) {
+	t.Helper()
+	res := make([]leaky.Result, len(bs))
+	if err := s.Apply(context.Background(), now, bs, res); err != nil {
+		t.Fatal(err)
+	}
+	ok := true
+	for i, r := range res {
+		if !r.Admitted && !bs[i].Shadow {
+			ok = false
+		}
+	}
+	return res, ok
+}
+
+var tenPerSecond = leaky.Limit{Size: 10, DripRate: 100 * time.Millisecond, DripSize: 1}
+
+func TestAdmitsWhatTheLimitAllows(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	now := time.Now()
+	admitted := 0
+	for range 25 {
+		if _, ok := apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}); ok {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d of 25 at one instant, want the bucket's 10", admitted)
+	}
+	// The bucket was found full: no more asking until the next sync.
+	calls := r.leases.Load()
+	apply(t, s, now.Add(time.Second), leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+	if r.leases.Load() != calls {
+		t.Fatal("asked Redis again before the next sync, after it had no room")
+	}
+}
+
+func TestFewRedisCallsForManyRequests(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	big := leaky.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	now := time.Now()
+	for range 10000 {
+		if _, ok := apply(t, s, now, leaky.Bucket{Key: "a", Limit: big, Hits: 1}); !ok {
+			t.Fatal("rejected under a large limit")
+		}
+	}
+	// Each top-up asks for at least twice the demand so far.
+	if n := r.leases.Load(); n > 16 {
+		t.Fatalf("%d lease calls for 10000 requests, want a handful", n)
+	}
+}
+
+func TestAllOrNothingWithinAReplica(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	one := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	now := time.Now()
+	if _, ok := apply(t, s, now, leaky.Bucket{Key: "tight", Limit: one, Hits: 1}); !ok {
+		t.Fatal("first request rejected")
+	}
+	wide := leaky.Bucket{Key: "wide", Limit: tenPerSecond, Hits: 1}
+	if _, ok := apply(t, s, now, wide, leaky.Bucket{Key: "tight", Limit: one, Hits: 1}); ok {
+		t.Fatal("admitted past a full bucket")
+	}
+	// The rejected request charged nothing on "wide": all 10 are left.
+	for i := range 10 {
+		if _, ok := apply(t, s, now, wide); !ok {
+			t.Fatalf("request %d on the other bucket rejected: the rejected request charged it", i+1)
+		}
+	}
+}
+
+func TestSyncGivesBackWhatIsNotUsed(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	now := time.Now()
+	for range 3 {
+		apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+	}
+	// Two syncs without demand: everything unused is back on "Redis".
+	s.sync(context.Background(), now, false)
+	s.sync(context.Background(), now, false)
+	s.sync(context.Background(), now, false)
+	if got := r.states["a"].Counter; got != 3 {
+		t.Fatalf("Redis holds %d after the syncs, want the 3 admitted", got)
+	}
+	if s.Len() != 0 {
+		t.Fatalf("%d buckets still held after two idle intervals", s.Len())
+	}
+}
+
+func TestCloseGivesEverythingBack(t *testing.T) {
+	r := newRemote()
+	s, err := New(r, Options{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for range 4 {
+		apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+	}
+	s.Close()
+	if got := r.states["a"].Counter; got != 4 {
+		t.Fatalf("Redis holds %d after Close, want the 4 admitted", got)
+	}
+}
+
+func TestRedisDownIsAnError(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	r.down.Store(true)
+	res := make([]leaky.Result, 1)
+	err := s.Apply(context.Background(), time.Now(), []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+	if err == nil {
+		t.Fatal("no error when a lease was needed and Redis is down")
+	}
+}
+
+func TestFullTableDecidesOnRedis(t *testing.T) {
+	r := newRemote()
+	s, err := New(r, Options{Interval: time.Hour, MaxBytes: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+	if r.applies.Load() != 0 {
+		t.Fatal("a bucket the table had room for was decided on Redis")
+	}
+	apply(t, s, now, leaky.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})
+	if r.applies.Load() != 1 {
+		t.Fatal("a bucket the table had no room for was not decided on Redis")
+	}
+}
+
+func TestFixedWindowLeaseEndsWithItsWindow(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: time.Second}
+	t0 := time.UnixMicro(1_800_000_000_500_000) // half way through a window
+	apply(t, s, t0, leaky.Bucket{Key: "w", Limit: l, Hits: 1})
+	held := s.shards[shardOf(s, "w")].m["w"].lease
+	if held == 0 {
+		t.Fatal("nothing leased")
+	}
+	// In the next window, the units of the last are no use: a new lease.
+	calls := r.leases.Load()
+	apply(t, s, t0.Add(time.Second), leaky.Bucket{Key: "w", Limit: l, Hits: 1})
+	if r.leases.Load() == calls {
+		t.Fatal("used a lease of a window that had ended")
+	}
+}
+
+func shardOf(s *Store, key string) uint32 {
+	for i := range s.shards {
+		if _, ok := s.shards[i].m[key]; ok {
+			return uint32(i)
+		}
+	}
+	return 0
+}

@@ -1,0 +1,133 @@
+package localfirst
+
+import (
+	"context"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+)
+
+// loop syncs once per interval until Close.
+func (s *Store) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.nextSync.Store(time.Now().Add(s.interval).UnixMicro())
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			s.sync(ctx, time.Now(), false)
+			cancel()
+		}
+	}
+}
+
+// sync reconciles every bucket in use with Redis in batched lease calls:
+// what a bucket holds beyond twice its last interval's demand goes back,
+// what it lacks of that is asked for; a bucket without demand for two
+// intervals gives everything back and is dropped. With all, every bucket
+// gives everything back (Close). It returns the buckets synced.
+func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
+	rnow := now.UnixMicro() + s.offset.Load()
+	var leases []redis.Lease
+	var entries []*entry
+	busy := make(chan struct{})
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for key, e := range sh.m {
+			if e.busy != nil {
+				continue // its own call is out; it syncs next time
+			}
+			s.expire(e, rnow)
+			e.prev, e.demand = e.demand, 0
+			e.dry = false
+			target := 2 * e.prev
+			if all {
+				target = 0
+			}
+			l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
+			switch {
+			case e.limit.Algorithm != leaky.LeakyBucket:
+				// A window's lease is of one (sub-)window: all of it goes
+				// back, and what is wanted comes anew.
+				l.Return, l.Ask, e.lease = e.lease, target, 0
+			case e.lease > target:
+				l.Return = e.lease - target
+				e.lease = target
+			case e.lease < target:
+				l.Ask = target - e.lease
+			}
+			if e.stale > 0 {
+				// Set aside by expire, granted at another time: given back
+				// first, in the same call.
+				leases = append(leases, redis.Lease{Key: key, Limit: e.limit, Return: e.stale, At: e.staleAt})
+				entries = append(entries, e)
+				e.stale = 0
+				e.busy = busy
+			}
+			if l.Return == 0 && l.Ask == 0 {
+				if e.lease == 0 && e.prev == 0 {
+					delete(sh.m, key)
+					s.bytes.Add(-cost(key))
+				}
+				continue
+			}
+			e.busy = busy
+			leases = append(leases, l)
+			entries = append(entries, e)
+		}
+		sh.mu.Unlock()
+	}
+	if len(leases) == 0 {
+		return 0
+	}
+	if err := s.lease(ctx, now, leases, func(j int) *entry { return entries[j] }); err != nil {
+		s.log.Warn("local-first store: a sync with Redis failed; what was given back may be lost until it leaks",
+			"buckets", len(leases), "err", err)
+	}
+	close(busy)
+	s.syncs.Add(1)
+	return len(leases)
+}
+
+// closeTimeout bounds the last sync, which gives every lease back.
+const closeTimeout = 5 * time.Second
+
+// Close stops the sync loop, gives back every unused unit, and closes the
+// Redis store.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer cancel()
+		s.sync(ctx, time.Now(), true)
+	})
+	return s.remote.Close()
+}
+
+// Check reports whether Redis answers.
+func (s *Store) Check(ctx context.Context) error { return s.remote.Check(ctx) }
+
+// Len returns the number of buckets in the local table.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Bytes returns what the local table counts against MaxBytes.
+func (s *Store) Bytes() int64 { return s.bytes.Load() }
+
+// Stats are a store's syncs so far and its lease calls that failed.
+func (s *Store) Stats() (syncs, failures uint64) { return s.syncs.Load(), s.failures.Load() }

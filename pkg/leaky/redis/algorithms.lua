@@ -1,0 +1,206 @@
+-- envoy-rls: the decisions, prepended (after state.lua) to the scripts that
+-- decide: decide.lua and lease.lua.
+--
+-- A port of the decisions leaky.DecideAll calls (pkg/leaky): leaky.decide
+-- for a leaky bucket, window.Sliding and window.Fixed (pkg/window) for the
+-- windows. Lua numbers are doubles; every value stays at or below 2^53,
+-- where doubles are exact integers, as in the Go code.
+
+local SLIDING, FIXED = 1, 2
+
+-- floor(a / b) is exact for integers 0 <= a <= MAX, 1 <= b <= MAX: the
+-- double quotient is rounded, but within this range never up to the next
+-- integer.
+
+-- drain_time is how long until n units have dripped out, the first drip
+-- being since into its period.
+local function drain_time(n, drip_size, rate, since)
+  if n <= 0 then
+    return 0
+  end
+  local drips = floor(n / drip_size)
+  if drips * drip_size < n then drips = drips + 1 end
+  local t = drips * rate
+  if t > MAX then t = MAX end
+  t = t - since
+  if t > MAX then t = MAX end
+  return t
+end
+
+-- decide is leaky.decide: it returns admitted (1/0), counter, timestamp,
+-- remaining, clear, reset and ttl.
+local function decide(counter, ts, size, rate, drip_size, hits, now)
+  -- Out-of-range values read as their nearest valid value (Limit.clamped).
+  if size < 0 then size = 0 elseif size > MAXSIZE then size = MAXSIZE end
+  if rate < 1 then rate = 1 elseif rate > MAX then rate = MAX end
+  if drip_size < 1 then drip_size = 1 elseif drip_size > MAXSIZE then drip_size = MAXSIZE end
+  if counter < 0 then counter = 0 elseif counter > MAX then counter = MAX end
+  if ts > MAX then ts = MAX elseif ts < -MAX then ts = -MAX end
+  if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+  local since = now - ts
+  if since > MAX then since = MAX elseif since < -MAX then since = -MAX end
+
+  -- 1. Drip: whole drips since the last one leave the bucket. If time went
+  -- backwards (since < 0), nothing leaks until it has caught up.
+  if counter > 0 and since > 0 then
+    local drips = floor(since / rate)
+    local full = floor(counter / drip_size)
+    if full * drip_size < counter then full = full + 1 end
+    if drips >= full then
+      counter = 0
+    elseif drips > 0 then
+      counter = counter - drips * drip_size
+      ts = ts + drips * rate
+      since = since - drips * rate
+    end
+  end
+  if counter == 0 then
+    ts, since = now, 0
+  end
+
+  -- 2. Check, and charge what fits.
+  local admitted = 0
+  if hits < 0 then
+    admitted = 1
+    counter = counter + hits
+    if counter <= 0 then
+      counter, ts, since = 0, now, 0
+    end
+  elseif hits <= size - counter then
+    admitted = 1
+    counter = counter + hits
+  end
+
+  -- 3. Report.
+  local clear = drain_time(counter, drip_size, rate, since)
+  local remaining = 0
+  if admitted == 1 and counter < size then
+    remaining = size - counter
+  end
+  local reset = 0
+  if admitted == 0 then
+    if hits <= size then
+      reset = drain_time(hits - (size - counter), drip_size, rate, since)
+    else
+      reset = clear + rate
+      if reset > MAX then reset = MAX end
+    end
+  end
+  local ttl = 0
+  if counter > 0 then
+    ttl = clear + rate
+    if ttl > MAX then ttl = MAX end
+  end
+  return admitted, counter, ts, remaining, clear, reset, ttl
+end
+
+-- The windows' functions, made only by a call that has a window: Redis
+-- makes a script's functions anew on every call, and a call of leaky
+-- buckets alone should not pay for them.
+local decide_sliding, charge_sliding, decide_fixed
+local function define_windows()
+  define_window_state()
+  -- decide_sliding is window.Sliding.Decide: for the window whose newest
+  -- sub-window starts at start, with counts cs (newest first), it returns
+  -- what decide returns (the count after the decision as the counter, the
+  -- current sub-window's start as the timestamp). It changes nothing.
+  decide_sliding = function(start, cs, limit, res, n, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local newest = floor(start / res)
+    local cur = floor(now / res)
+    if newest > cur then cur = newest end
+    local shift = cur - newest -- sub-windows that passed since the newest count
+    local m = #cs -- the counts still in the window
+    if m > n - shift then m = n - shift end
+    local count = 0
+    for k = 1, m do
+      count = count + cs[k]
+    end
+    local admitted, after = 0, count
+    if hits <= limit - count then
+      admitted, after = 1, count + hits
+      if after < 0 then after = 0 end
+    end
+    local remaining = 0
+    if admitted == 1 and after < limit then remaining = limit - after end
+    -- The sub-window k back from cur leaves the window when cur+n-k begins.
+    local clear = 0
+    if admitted == 1 and hits > 0 then
+      clear = (cur + n) * res - now
+    elseif after > 0 then
+      for k = 1, m do
+        if cs[k] > 0 then
+          clear = (cur + n - (k - 1 + shift)) * res - now
+          break
+        end
+      end
+    end
+    local reset = 0
+    if admitted == 0 then
+      reset = n * res -- hits over the limit never fit: a whole window
+      if hits <= limit then
+        local need = count + hits - limit -- hits that must leave first
+        for k = n - 1 - shift, 0, -1 do
+          if k < #cs then need = need - cs[k + 1] end
+          if need <= 0 then
+            reset = (cur + n - (k + shift)) * res - now
+            break
+          end
+        end
+      end
+    end
+    return admitted, after, cur * res, remaining, clear, reset, clear
+  end
+
+  -- charge_sliding is window.Sliding.Charge: it returns the newest start and
+  -- the counts once hits are added at now (a refund taken from the newest).
+  charge_sliding = function(start, cs, res, n, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local newest = floor(start / res)
+    local cur = floor(now / res)
+    if newest > cur then cur = newest end
+    local shift = cur - newest
+    local out = {}
+    for k = 1, n do
+      out[k] = 0
+    end
+    for k = 1, #cs do
+      if k + shift <= n then out[k + shift] = cs[k] end
+    end
+    if hits >= 0 then
+      out[1] = out[1] + hits
+      if out[1] > MAXSIZE then out[1] = MAXSIZE end
+    else
+      for k = 1, n do
+        local take = out[k]
+        if take > -hits then take = -hits end
+        out[k] = out[k] - take
+        hits = hits + take
+        if hits == 0 then break end
+      end
+    end
+    return cur * res, out
+  end
+
+  -- decide_fixed is window.Fixed.Decide, charged by the caller.
+  decide_fixed = function(count, start, limit, win, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local index = floor(start / win)
+    local cur = floor(now / win)
+    if index > cur then cur = index end
+    if cur ~= index then count = 0 end
+    local admitted, after = 0, count
+    if hits <= limit - count then
+      admitted, after = 1, count + hits
+      if after < 0 then after = 0 end
+    end
+    local remaining = 0
+    if admitted == 1 and after < limit then remaining = limit - after end
+    local finish = (cur + 1) * win - now
+    local clear, reset = 0, 0
+    if after > 0 then clear = finish end
+    if admitted == 0 then reset = finish end
+    return admitted, after, cur * win, remaining, clear, reset, clear
+  end
+end
+

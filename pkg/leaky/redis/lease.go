@@ -1,0 +1,133 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// Lease is one bucket of a Store.Lease call: what a replica that decides
+// locally gives back and asks for, and what it gets.
+type Lease struct {
+	Key   string
+	Limit leaky.Limit
+	// Return is the units granted before and not used, given back; At is
+	// the Unix time in microseconds they were granted at (a window takes
+	// them from the (sub-)window they were charged to).
+	Return, At int64
+	// Ask is the units wanted.
+	Ask int64
+
+	// Granted is set by Lease: the units granted, at most Ask.
+	Granted int64
+	// Now is set by Lease: the time Redis decided at, Unix microseconds.
+	Now int64
+	// Wait is set by Lease: how long until the bucket has room for one
+	// more unit; 0 if it has.
+	Wait time.Duration
+	// State is set by Lease: the bucket afterwards. A window's Counter is
+	// its count at the time decided at, and its Timestamp the start of its
+	// current (sub-)window; its Counts are not returned.
+	State leaky.State
+	// Err is set by Lease when the call for this bucket's slot failed;
+	// nothing is granted then, and what it gave back may or may not have
+	// been taken.
+	Err error
+}
+
+// leaseFields is the number of values lease.lua returns per bucket.
+const leaseFields = 4
+
+// leaseChunk bounds the buckets of one script call, so that a sync of many
+// buckets does not hold Redis for long at a time.
+const leaseChunk = 256
+
+// LeaseAll runs leaky.Lease on every bucket of leases, on Redis, in one
+// script call per hash slot (and per leaseChunk buckets), each bucket on
+// its own: a bucket's grant does not depend on another's. It returns the
+// time Redis decided at (Unix microseconds; the latest, if several calls),
+// and the first error of a call, whose buckets have their Err set.
+//
+// It needs the script mode.
+func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (int64, error) {
+	if _, ok := s.exec.(scriptExec); !ok {
+		return 0, errors.New("redis store: leases need the script mode")
+	}
+	at := int64(-1)
+	if s.callerClock {
+		at = now.UnixMicro()
+	}
+	type call struct {
+		index []int
+		keys  []string
+		now   int64
+		err   error
+	}
+	var calls []*call
+	open := map[uint16]*call{}
+	for i := range leases {
+		key := redisKey(s.keyPrefix, leases[i].Key)
+		var sl uint16
+		if s.cluster {
+			sl = slot(key)
+		}
+		c := open[sl]
+		if c == nil || len(c.keys) == leaseChunk {
+			c = &call{}
+			open[sl] = c
+			calls = append(calls, c)
+		}
+		c.index = append(c.index, i)
+		c.keys = append(c.keys, key)
+	}
+	cs := s.client.Load()
+	parallel(calls, func(c *call) {
+		a := newScriptArgs(1 + 7*len(c.keys))
+		a.now(at)
+		for _, i := range c.index {
+			l := leases[i]
+			p := params(l.Limit)
+			a.int(int64(l.Limit.Algorithm))
+			a.int(p[0])
+			a.int(p[1])
+			a.int(p[2])
+			a.int(l.Return)
+			a.int(l.At)
+			a.int(l.Ask)
+		}
+		vals, err := runScript(ctx, cs, &leaseScript, c.keys, a.strings())
+		if err == nil && len(vals) != leaseFields*len(c.keys)+1 {
+			err = fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(c.keys))
+		}
+		if err != nil {
+			c.err = err
+			return
+		}
+		for j, i := range c.index {
+			v := vals[leaseFields*j:]
+			leases[i].Granted = v[0]
+			leases[i].State = leaky.State{Counter: v[1], Timestamp: v[2]}
+			leases[i].Wait = micros(v[3])
+			leases[i].Now = vals[len(vals)-1]
+		}
+		c.now = vals[len(vals)-1]
+	})
+	var latest int64
+	var first error
+	for _, c := range calls {
+		if c.err != nil {
+			for _, i := range c.index {
+				leases[i].Granted, leases[i].Err = 0, c.err
+			}
+			if first == nil {
+				first = c.err
+			}
+			continue
+		}
+		latest = max(latest, c.now)
+	}
+	return latest, first
+}

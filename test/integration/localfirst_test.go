@@ -1,0 +1,188 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/localfirst"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// localFirstConfig has one limit of 100 a second per algorithm.
+const localFirstConfig = `
+domain: api
+descriptors:
+  - key: leaky
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: sliding
+    sliding_window: {limit: 100, window: 1s, resolution: 100ms}
+  - key: fixed
+    fixed_window: {limit: 100, window: 1s}
+`
+
+// localFirstInterval is the sync interval of the bound test.
+const localFirstInterval = 200 * time.Millisecond
+
+// TestLocalFirstBound hammers each algorithm's limit of 100 a second for 5
+// seconds through three local-first replicas and, at the same time,
+// through three exact ones, on one Redis (single and Cluster): the
+// local-first replicas must admit 80% to 110% of what the exact ones
+// admit.
+func TestLocalFirstBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 5 seconds per topology")
+	}
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "localfirst.yaml", Data: []byte(localFirstConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for name, start := range topologies(t) {
+		t.Run(name, func(t *testing.T) {
+			connect := start(t)
+			newService := func(interval time.Duration) *rls.Service {
+				st, err := redis.New(redis.Options{Connect: &connect, Logger: log, Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var store rls.Store = st
+				if interval > 0 {
+					lf, err := localfirst.New(st, localfirst.Options{Interval: interval, Logger: log})
+					if err != nil {
+						t.Fatal(err)
+					}
+					store = lf
+					t.Cleanup(func() { lf.Close() })
+				} else {
+					t.Cleanup(func() { st.Close() })
+				}
+				svc, err := rls.New(rls.Options{Store: store, Config: cfg, Logger: log})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return svc
+			}
+			modes := map[string][]*rls.Service{}
+			for _, m := range []struct {
+				name     string
+				interval time.Duration
+			}{{"exact", 0}, {"local-first", localFirstInterval}} {
+				for range 3 {
+					modes[m.name] = append(modes[m.name], newService(m.interval))
+				}
+			}
+
+			const run = 5 * time.Second
+			const workers = 2 // per replica, algorithm and mode
+			// Start half way through a second, so that both modes see the
+			// same six fixed windows, the first and last halves.
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1500 * time.Millisecond)))
+			admitted := map[string]*atomic.Int64{}
+			var calls atomic.Int64
+			var wg sync.WaitGroup
+			ctx, cancel := context.WithTimeout(context.Background(), run)
+			defer cancel()
+			errs := make(chan error, 1)
+			for mode, svcs := range modes {
+				for _, algo := range []string{"leaky", "sliding", "fixed"} {
+					n := &atomic.Int64{}
+					admitted[mode+" "+algo] = n
+					req := request([]string{algo + "=" + mode})
+					for _, svc := range svcs {
+						for range workers {
+							wg.Go(func() {
+								for ctx.Err() == nil {
+									resp, err := svc.ShouldRateLimit(context.Background(), req)
+									if err != nil {
+										select {
+										case errs <- err:
+										default:
+										}
+										return
+									}
+									calls.Add(1)
+									if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+										n.Add(1)
+									}
+									// Many times the limit, without starving
+									// the other replicas of CPU.
+									time.Sleep(time.Millisecond)
+								}
+							})
+						}
+					}
+				}
+			}
+			wg.Wait()
+			select {
+			case err := <-errs:
+				t.Fatal(err)
+			default:
+			}
+			for _, algo := range []string{"leaky", "sliding", "fixed"} {
+				exact, local := admitted["exact "+algo].Load(), admitted["local-first "+algo].Load()
+				ratio := float64(local) / float64(exact)
+				t.Logf("%s: exact admitted %d, local-first %d (%.0f%%), of %d calls in all", algo, exact, local, 100*ratio, calls.Load())
+				if exact < 400 {
+					t.Fatalf("%s: the exact replicas admitted %d: the load did not keep the limit busy", algo, exact)
+				}
+				if ratio < 0.8 || ratio > 1.1 {
+					t.Errorf("%s: local-first admitted %d, %.0f%% of exact's %d, want 80%% to 110%%", algo, local, 100*ratio, exact)
+				}
+			}
+		})
+	}
+}
+
+// TestLocalFirstFewRedisCalls checks that local-first replicas under a
+// large limit ask Redis about buckets, not requests: 3000 requests on 10
+// keys cost a few lease calls per key.
+func TestLocalFirstFewRedisCalls(t *testing.T) {
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "localfirst.yaml", Data: []byte(`
+domain: api
+descriptors:
+  - key: user
+    leaky_bucket: {size: 1000000, drip_rate: 1s}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := localfirst.New(st, localfirst.Options{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	svc, err := rls.New(rls.Options{Store: lf, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := commandStats(t, admin)
+	for i := range 3000 {
+		resp, err := svc.ShouldRateLimit(context.Background(), request([]string{fmt.Sprintf("user=u%d", i%10)}))
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v %v", i, resp, err)
+		}
+	}
+	after := commandStats(t, admin)
+	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
+	t.Logf("3000 requests on 10 keys: %d script calls", calls)
+	if calls > 10*12 {
+		t.Fatalf("%d script calls for 3000 requests on 10 keys, want at most a dozen per key", calls)
+	}
+}
