@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures envoy-rls against the ceiling gRPC alone allows on this machine,
 # in one run: it starts Redis, rls-bench's null server and envoy-rls (memory
-# store; Redis store batched and unbatched), drives each with the same load,
+# store; Redis store batched, local-first and unbatched), drives each with the same load,
 # counts Redis commands per request and Redis memory per bucket, and prints
 # a table with ratios to the null ceiling. See docs/performance.md.
 #
@@ -10,7 +10,8 @@
 #   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
 #   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)  BENCH_KEYS (10000)
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
-#   BENCH_TARGETS ('null memory redis redis-unbatched', and reference when
+#   BENCH_SYNC_INTERVAL (1s: the redis-local target's -sync-interval)
+#   BENCH_TARGETS ('null memory redis redis-local redis-unbatched', and reference when
 #   BENCH_PEER names an envoyproxy/ratelimit binary: docs/performance.md says
 #   how to build one; redis-pipelined, a script call per request in
 #   pipelines, on request)
@@ -27,7 +28,8 @@ conns=${BENCH_CONNS:-4}
 keys=${BENCH_KEYS:-10000}
 descriptor=${BENCH_DESCRIPTOR:-'user=u%d,action=a%d'}
 peer=${BENCH_PEER:-}
-default_targets="null memory redis redis-unbatched"
+sync_interval=${BENCH_SYNC_INTERVAL:-1s}
+default_targets="null memory redis redis-local redis-unbatched"
 if [[ -n $peer ]]; then default_targets+=" reference"; fi
 targets=${BENCH_TARGETS:-$default_targets}
 
@@ -41,7 +43,7 @@ pids=()
 cleanup() {
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	wait 2>/dev/null || true
-	rm -rf "$work"
+	if [[ -n ${BENCH_KEEP:-} ]]; then echo "bench: logs in $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -128,6 +130,7 @@ for t in $targets; do
 	memory) start_rls memory ;;
 	redis) start_rls redis -store redis -redis-url "$redis_url" ;;
 	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
+	redis-local) start_rls redis-local -store redis -redis-url "$redis_url" -sync-interval "$sync_interval" -redis-key-prefix rlsl: ;;
 	redis-pipelined) start_rls redis-pipelined -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-key-prefix rlsp: ;;
 	reference) start_reference ;;
 	*) log "unknown target $t"; exit 1 ;;

@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +80,7 @@ type Store struct {
 	// last lease call found it: leases are charged on Redis's clock.
 	offset   atomic.Int64
 	nextSync atomic.Int64 // local Unix microseconds
+	asks     asks
 	syncs    atomic.Uint64
 	failures atomic.Uint64
 	lost     atomic.Uint64 // units set aside and not given back
@@ -107,6 +107,8 @@ type entry struct {
 	// demand is the hits asked for since the last sync (admitted or not),
 	// prev those of the interval before: what the next lease is sized by.
 	demand, prev int64
+	// idle counts the intervals without demand, up to idleHold.
+	idle int
 	// stale is a sliding window's units set aside by expire, granted at
 	// staleAt, for the next sync to give back.
 	stale, staleAt int64
@@ -192,7 +194,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		}
 		rnow := now.UnixMicro() + s.offset.Load()
 		var wait chan struct{}
-		var ask []int // buckets to ask Redis for more
+		var short []int // buckets to ask Redis for more
 		refused := false
 		for i, b := range buckets {
 			e := entries[i]
@@ -206,39 +208,34 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 			case e.dry || round > 0:
 				refused = true
 			default:
-				ask = append(ask, i)
+				short = append(short, i)
 			}
 		}
-		if !refused && round < maxRounds && (wait != nil || len(ask) > 0) {
+		if !refused && round < maxRounds && (wait != nil || len(short) > 0) {
 			var leases []redis.Lease
-			if wait == nil {
-				wait, leases = s.askMore(buckets, entries, ask)
+			if wait != nil {
+				// Another request's call is out for a bucket of this one:
+				// its answer first, then whatever is still short.
+				short = nil
+			} else {
+				wait, leases = s.askMore(buckets, entries, short)
 			}
 			s.unlock(locks)
-			var failed chan error
-			if len(ask) > 0 {
-				// The call runs to its end even if this request stops
-				// waiting: Redis charges a grant whether or not its
-				// answer is read, so an answer dropped would be units lost
-				// for as long as the bucket holds them.
-				failed = make(chan error, 1)
-				held := slices.Clone(entries)
-				go func() {
-					lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-					defer cancel()
-					failed <- s.lease(lctx, now, leases, func(j int) *entry { return held[ask[j]] })
-					close(wait)
-				}()
+			var more *ask
+			if len(short) > 0 {
+				more = &ask{now: now, leases: leases, done: wait}
+				for _, i := range short {
+					more.entries = append(more.entries, entries[i])
+				}
+				s.asks.add(s, more)
 			}
 			select {
 			case <-wait:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if failed != nil {
-				if err := <-failed; err != nil {
-					return err // Redis was needed: the caller's failure mode decides
-				}
+			if more != nil && more.err != nil {
+				return more.err // Redis was needed: the caller's failure mode decides
 			}
 			continue
 		}
@@ -329,17 +326,21 @@ func (s *Store) expire(e *entry, rnow int64) {
 	}
 }
 
-// askMore marks the buckets ask as busy and returns the channel closed
+// askMore marks the buckets short as busy and returns the channel closed
 // when Redis has answered, and what to ask it: what the request lacks, and
-// at least twice the bucket's demand so far, so that a bucket in demand
-// needs few calls.
-func (s *Store) askMore(buckets []leaky.Bucket, entries []*entry, ask []int) (chan struct{}, []redis.Lease) {
+// at least twice the bucket's demand so far (a leaky bucket: or a
+// sixteenth of its room), so that a bucket in demand needs few calls.
+func (s *Store) askMore(buckets []leaky.Bucket, entries []*entry, short []int) (chan struct{}, []redis.Lease) {
 	ch := make(chan struct{})
-	leases := make([]redis.Lease, len(ask))
-	for j, i := range ask {
+	leases := make([]redis.Lease, len(short))
+	for j, i := range short {
 		b, e := buckets[i], entries[i]
 		e.busy = ch
-		want := max(b.Hits, 2*(max(e.demand, e.prev)+b.Hits)) - e.lease
+		want := max(b.Hits, 2*(max(e.demand, e.prev)+b.Hits))
+		if b.Limit.Algorithm == leaky.LeakyBucket {
+			want = max(want, (b.Limit.Size-e.global.Counter)/headroom)
+		}
+		want -= e.lease
 		leases[j] = redis.Lease{Key: b.Key, Limit: b.Limit, Ask: want}
 	}
 	return ch, leases

@@ -3,6 +3,7 @@ package localfirst
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -164,15 +165,22 @@ func TestSyncGivesBackWhatIsNotUsed(t *testing.T) {
 	for range 3 {
 		apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	}
-	// Two syncs without demand: everything unused is back on "Redis".
-	s.sync(context.Background(), now, false)
+	// Held while idle for fewer than idleHold intervals...
+	s.sync(context.Background(), now, false) // the interval with demand
+	for range idleHold - 1 {
+		s.sync(context.Background(), now, false)
+	}
+	if got := r.states["a"].Counter; got == 3 {
+		t.Fatal("gave everything back before the bucket was idle for idleHold intervals")
+	}
+	// ...then everything unused is back on "Redis", and the bucket dropped.
 	s.sync(context.Background(), now, false)
 	s.sync(context.Background(), now, false)
 	if got := r.states["a"].Counter; got != 3 {
 		t.Fatalf("Redis holds %d after the syncs, want the 3 admitted", got)
 	}
 	if s.Len() != 0 {
-		t.Fatalf("%d buckets still held after two idle intervals", s.Len())
+		t.Fatalf("%d buckets still held after %d idle intervals", s.Len(), idleHold+1)
 	}
 }
 
@@ -246,4 +254,114 @@ func shardOf(s *Store, key string) uint32 {
 		}
 	}
 	return 0
+}
+
+// slowRemote holds every lease call until release is closed.
+type slowRemote struct {
+	*remote
+	release chan struct{}
+	calls   atomic.Int64
+}
+
+func (r *slowRemote) LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error) {
+	r.calls.Add(1)
+	<-r.release
+	return r.remote.LeaseAll(ctx, now, leases)
+}
+
+// TestWaitsForAnotherRequestsCall sends, while one request's call for
+// bucket a is out, requests for a and b together: they wait for that call
+// and then ask for b, each once, and all are admitted.
+func TestWaitsForAnotherRequestsCall(t *testing.T) {
+	r := &slowRemote{remote: newRemote(), release: make(chan struct{})}
+	s := newStore(t, r, time.Hour)
+	now := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 21)
+	wg.Go(func() {
+		res := make([]leaky.Result, 1)
+		errs <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+	})
+	for r.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for range 10 {
+		wg.Go(func() {
+			res := make([]leaky.Result, 2)
+			errs <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 0}, {Key: "b", Limit: tenPerSecond, Hits: 1}}, res)
+		})
+		wg.Go(func() {
+			res := make([]leaky.Result, 2)
+			errs <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "b", Limit: tenPerSecond, Hits: 1}, {Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(r.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConcurrentNeverAdmitsPastTheLimit runs random requests of one to
+// three buckets, some shadow, some refunds, from many goroutines with
+// syncs between, on limits that never leak: each bucket admits at most its
+// size, and nothing fails.
+func TestConcurrentNeverAdmitsPastTheLimit(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	limits := map[string]leaky.Limit{
+		"a": {Size: 50, DripRate: 1000 * time.Hour, DripSize: 1},
+		"b": {Size: 80, DripRate: 1000 * time.Hour, DripSize: 1},
+		"c": {Algorithm: leaky.FixedWindow, Size: 60, Window: 1000 * time.Hour},
+		"d": {Algorithm: leaky.SlidingWindow, Size: 70, Window: 1000 * time.Hour, Resolution: 100 * time.Hour},
+	}
+	keys := []string{"a", "b", "c", "d"}
+	var admitted [4]atomic.Int64
+	now := time.UnixMicro(1_800_000_000_500_000)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			for range 2000 {
+				n := 1 + rng.IntN(3)
+				var bs []leaky.Bucket
+				var idx []int
+				for _, k := range rng.Perm(4)[:n] {
+					bs = append(bs, leaky.Bucket{Key: keys[k], Limit: limits[keys[k]], Hits: int64(rng.IntN(3)), Shadow: rng.IntN(8) == 0})
+					idx = append(idx, k)
+				}
+				res := make([]leaky.Result, n)
+				if err := s.Apply(context.Background(), now, bs, res); err != nil {
+					t.Error(err)
+					return
+				}
+				ok := true
+				for i, rs := range res {
+					if !rs.Admitted && !bs[i].Shadow {
+						ok = false
+					}
+				}
+				if ok {
+					for i, b := range bs {
+						if !b.Shadow {
+							admitted[idx[i]].Add(b.Hits)
+						}
+					}
+				}
+				if rng.IntN(200) == 0 {
+					s.sync(context.Background(), now, false)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, k := range keys {
+		if got := admitted[i].Load(); got > limits[k].Size {
+			t.Errorf("bucket %s admitted %d, over its limit %d", k, got, limits[k].Size)
+		}
+	}
 }

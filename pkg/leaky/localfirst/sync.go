@@ -46,20 +46,30 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			s.expire(e, rnow)
 			e.prev, e.demand = e.demand, 0
 			e.dry = false
-			target := 2 * e.prev
+			if e.prev > 0 {
+				e.idle = 0
+			} else if e.idle < idleHold {
+				e.idle++
+			}
+			target := s.target(e)
 			if all {
 				target = 0
 			}
 			l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
 			switch {
 			case e.limit.Algorithm != leaky.LeakyBucket:
-				// A window's lease is of one (sub-)window: all of it goes
-				// back, and what is wanted comes anew.
+				if e.prev > 0 || target == 0 {
+					// A window's lease is of one (sub-)window: all of it
+					// goes back, and what is wanted comes anew.
+					l.Return, l.Ask, e.lease = e.lease, target, 0
+				}
+			case e.lease > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
+				// Held long: it has been leaking on Redis all this time.
 				l.Return, l.Ask, e.lease = e.lease, target, 0
-			case e.lease > target:
+			case e.lease > 2*target:
 				l.Return = e.lease - target
 				e.lease = target
-			case e.lease < target:
+			case e.lease < (target+1)/2:
 				l.Ask = target - e.lease
 			}
 			if e.stale > 0 {
@@ -71,7 +81,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				e.busy = busy
 			}
 			if l.Return == 0 && l.Ask == 0 {
-				if e.lease == 0 && e.prev == 0 {
+				if e.lease == 0 && e.idle >= idleHold {
 					delete(sh.m, key)
 					s.bytes.Add(-cost(key))
 				}
@@ -93,6 +103,40 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	close(busy)
 	s.syncs.Add(1)
 	return len(leases)
+}
+
+// maxHold is how many intervals a replica holds a leaky bucket's units
+// before giving them back for new ones: they leak on Redis from their
+// grant, so units held long would let others take their room twice.
+const maxHold = 8
+
+// headroom is the share of a bucket's room a replica in demand may hold
+// beyond twice its demand, so that a bucket with much room needs no call
+// each interval.
+const headroom = 16
+
+// idleHold is how many intervals without demand a replica keeps a
+// bucket's units before giving them back: clients that call every few
+// seconds should not cost a Redis call each time.
+const idleHold = 4
+
+// target is what e should hold after a sync: twice its last interval's
+// demand, and for a leaky bucket in demand a sixteenth of the room it had
+// at the last answer, if more. A bucket without demand for idleHold
+// intervals holds nothing; one without demand for fewer keeps what it
+// holds.
+func (s *Store) target(e *entry) int64 {
+	if e.idle >= idleHold {
+		return 0
+	}
+	if e.prev == 0 {
+		return e.lease
+	}
+	t := 2 * e.prev
+	if e.limit.Algorithm == leaky.LeakyBucket {
+		t = max(t, (e.limit.Size-e.global.Counter)/headroom)
+	}
+	return t
 }
 
 // closeTimeout bounds the last sync, which gives every lease back.
