@@ -63,7 +63,7 @@ func (q *asks) send(s *Store) {
 			entries = append(entries, a.entries...)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		s.lease(ctx, batch[len(batch)-1].now, leases, func(j int) *entry { return entries[j] })
+		s.lease(ctx, batch[len(batch)-1].now, leases, func(j int) *entry { return entries[j] }, nil)
 		cancel()
 		j := 0
 		for _, a := range batch {

@@ -175,13 +175,19 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	if len(buckets) == 0 {
 		return nil
 	}
-	ids := make([]uint32, len(buckets))
-	var locks []uint32
-	for i, b := range buckets {
-		ids[i] = uint32(maphash.String(s.seed, b.Key) % shards)
-		locks = insertSorted(locks, ids[i])
+	// Requests of a few buckets, nearly all, allocate nothing here.
+	var (
+		idBuf    [8]uint32
+		lockBuf  [8]uint32
+		entryBuf [8]*entry
+	)
+	ids, locks, entries := idBuf[:0], lockBuf[:0], entryBuf[:0]
+	for _, b := range buckets {
+		id := uint32(maphash.String(s.seed, b.Key) % shards)
+		ids = append(ids, id)
+		locks = insertSorted(locks, id)
+		entries = append(entries, nil)
 	}
-	entries := make([]*entry, len(buckets))
 	for round := 0; ; round++ {
 		s.lock(locks)
 		for i, b := range buckets {
@@ -198,7 +204,9 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		refused := false
 		for i, b := range buckets {
 			e := entries[i]
-			s.expire(e, rnow)
+			if e.busy == nil {
+				s.expire(e, rnow)
+			}
 			if b.Hits <= 0 || b.Shadow || e.lease >= b.Hits {
 				continue
 			}
@@ -347,9 +355,12 @@ func (s *Store) askMore(buckets []leaky.Bucket, entries []*entry, short []int) (
 }
 
 // lease runs leases on Redis and applies the answer to the entries entry(j)
-// returns, under their shards' locks; it clears their busy marks. It
-// returns the first error of a call.
-func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, entryOf func(j int) *entry) error {
+// returns, under their shards' locks; it clears their busy marks. held[j]
+// (if held is not nil) is the part of lease j's Return still in its
+// entry's lease, used meanwhile or not: it leaves the lease now, and what
+// was used meanwhile is taken from the grant. It returns the first error
+// of a call.
+func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, entryOf func(j int) *entry, held []int64) error {
 	start := time.Now()
 	rnow, err := s.remote.LeaseAll(ctx, now, leases)
 	if rnow > 0 {
@@ -365,6 +376,10 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 		sh := &s.shards[maphash.String(s.seed, l.Key)%shards]
 		sh.mu.Lock()
 		e := entryOf(j)
+		if held != nil {
+			// Given back, or, if the call failed, perhaps given back.
+			e.lease -= held[j]
+		}
 		if l.Err == nil {
 			if l.Granted > 0 {
 				e.lease += l.Granted
@@ -400,7 +415,7 @@ func (s *Store) report(e *entry, b leaky.Bucket, rnow int64, admitted bool) leak
 		if admitted {
 			left -= b.Hits
 		}
-		r.Remaining = min(r.Remaining+left, b.Limit.Size)
+		r.Remaining = min(max(r.Remaining+left, 0), b.Limit.Size)
 		return r
 	}
 	// Not enough leased: when would Redis have room for what is lacking?

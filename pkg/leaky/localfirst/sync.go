@@ -35,6 +35,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	rnow := now.UnixMicro() + s.offset.Load()
 	var leases []redis.Lease
 	var entries []*entry
+	var held []int64
 	busy := make(chan struct{})
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -55,20 +56,21 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			if all {
 				target = 0
 			}
+			// What goes back stays usable until the answer, which takes
+			// what was used meanwhile from the grant (lease's held).
 			l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
 			switch {
 			case e.limit.Algorithm != leaky.LeakyBucket:
 				if e.prev > 0 || target == 0 {
 					// A window's lease is of one (sub-)window: all of it
 					// goes back, and what is wanted comes anew.
-					l.Return, l.Ask, e.lease = e.lease, target, 0
+					l.Return, l.Ask = e.lease, target
 				}
 			case e.lease > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
 				// Held long: it has been leaking on Redis all this time.
-				l.Return, l.Ask, e.lease = e.lease, target, 0
+				l.Return, l.Ask = e.lease, target
 			case e.lease > 2*target:
 				l.Return = e.lease - target
-				e.lease = target
 			case e.lease < (target+1)/2:
 				l.Ask = target - e.lease
 			}
@@ -77,6 +79,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				// first, in the same call.
 				leases = append(leases, redis.Lease{Key: key, Limit: e.limit, Return: e.stale, At: e.staleAt})
 				entries = append(entries, e)
+				held = append(held, 0)
 				e.stale = 0
 				e.busy = busy
 			}
@@ -90,13 +93,14 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			e.busy = busy
 			leases = append(leases, l)
 			entries = append(entries, e)
+			held = append(held, max(l.Return, 0))
 		}
 		sh.mu.Unlock()
 	}
 	if len(leases) == 0 {
 		return 0
 	}
-	if err := s.lease(ctx, now, leases, func(j int) *entry { return entries[j] }); err != nil {
+	if err := s.lease(ctx, now, leases, func(j int) *entry { return entries[j] }, held); err != nil {
 		s.log.Warn("local-first store: a sync with Redis failed; what was given back may be lost until it leaks",
 			"buckets", len(leases), "err", err)
 	}

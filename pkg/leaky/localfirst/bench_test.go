@@ -1,0 +1,35 @@
+package localfirst
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// BenchmarkApply decides requests of two buckets on 10000 keys that hold
+// leases: the local path, as the memory store's BenchmarkApply.
+func BenchmarkApply(b *testing.B) {
+	s, _ := New(newRemote(), Options{Interval: time.Hour})
+	defer s.Close()
+	big := leaky.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("api|user=u%d", i)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		res := make([]leaky.Result, 2)
+		i := 0
+		for pb.Next() {
+			i++
+			k := keys[i%len(keys)]
+			bs := []leaky.Bucket{{Key: k, Limit: big, Hits: 1}, {Key: k + "|action=a", Limit: big, Hits: 1}}
+			if err := s.Apply(context.Background(), time.Now(), bs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
