@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/testpki"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -72,6 +73,54 @@ descriptor 2: client=internal
 	}
 }
 
+// TestAdminBucketsNoWeakerThanGRPC: where gRPC requires client
+// certificates, POST /explain and /buckets (whose server checks none) are
+// off unless asked for, as POST /json.
+func TestAdminBucketsNoWeakerThanGRPC(t *testing.T) {
+	pki := testpki.New(t)
+	mtls := []string{"-config", "../../config", "-grpc-tls-cert", pki.ServerCert, "-grpc-tls-key", pki.ServerKey, "-grpc-tls-client-ca", pki.CACert}
+	for _, c := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"plain gRPC", []string{"-config", "../../config"}, http.StatusOK},
+		{"plain gRPC, -admin-buckets=false", []string{"-config", "../../config", "-admin-buckets=false"}, http.StatusNotFound},
+		{"mutual TLS", mtls, http.StatusNotFound},
+		{"mutual TLS, -admin-buckets", append(mtls, "-admin-buckets"), http.StatusOK},
+	} {
+		s := startServe(t, c.args...)
+		for _, r := range []struct{ method, path, body string }{
+			{"POST", "/explain", jsonRequest},
+			{"GET", "/buckets?domain=api&descriptor=user=alice", ""},
+			{"DELETE", "/buckets?domain=api&descriptor=user=alice", ""},
+		} {
+			if code, body := send(t, r.method, "http://"+s.adminAddr+r.path, r.body); code != c.want {
+				t.Errorf("%s: %s %s answers %d, want %d\n%s", c.name, r.method, r.path, code, c.want, body)
+			}
+		}
+		if code, body := send(t, "GET", "http://"+s.adminAddr+"/config", ""); code != http.StatusOK {
+			t.Errorf("%s: GET /config answers %d\n%s", c.name, code, body)
+		}
+	}
+}
+
+// send makes one HTTP request and returns the status and body.
+func send(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	r, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // TestAdminEndpointsOnTheAdminPort: the serving binary answers POST
 // /explain and GET and DELETE /buckets on the admin address only; on the
 // HTTP address they do not exist.
@@ -81,19 +130,6 @@ func TestAdminEndpointsOnTheAdminPort(t *testing.T) {
 	for range 6 {
 		code(t, c, rateRequest("api", "user=alice", "action=trade"))
 	}
-	send := func(method, url, body string) (int, string) {
-		r, err := http.NewRequest(method, url, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	explain := `{"domain": "api", "descriptors": [{"entries": [{"key": "user", "value": "alice"}, {"key": "action", "value": "trade"}]}]}`
 	buckets := "/buckets?domain=api&descriptor=user=alice,action=trade"
 	for _, r := range []struct{ method, path, body, want string }{
@@ -102,10 +138,10 @@ func TestAdminEndpointsOnTheAdminPort(t *testing.T) {
 		{"DELETE", buckets, "", `"api|user=alice|action=trade"`},
 		{"GET", "/config", "", `"domains"`},
 	} {
-		if st, body := send(r.method, "http://"+s.adminAddr+r.path, r.body); st != 200 || !strings.Contains(body, r.want) {
+		if st, body := send(t, r.method, "http://"+s.adminAddr+r.path, r.body); st != 200 || !strings.Contains(body, r.want) {
 			t.Errorf("admin %s %s: %d\n%s", r.method, r.path, st, body)
 		}
-		if st, body := send(r.method, "http://"+s.httpAddr+r.path, r.body); st != http.StatusNotFound {
+		if st, body := send(t, r.method, "http://"+s.httpAddr+r.path, r.body); st != http.StatusNotFound {
 			t.Errorf("HTTP port %s %s: %d %s, want 404", r.method, r.path, st, body)
 		}
 	}

@@ -43,7 +43,7 @@ func bucketsURL(domain string, descs ...string) string {
 // a call passes again, on the memory store.
 func TestAdminEndpoints(t *testing.T) {
 	svc, _, _ := shopService(t, Options{})
-	h := AdminHandler(svc, false)
+	h := AdminHandler(svc, false, true)
 	ctx := context.Background()
 	cart := request("shop", desc("user=alice", "path=/cart/1"))
 	for range 2 {
@@ -142,7 +142,7 @@ func TestResetReachesOverLimitCaches(t *testing.T) {
 // naming what is wrong, and nothing is charged or reset.
 func TestAdminHostileInput(t *testing.T) {
 	svc, _, store := shopService(t, Options{})
-	h := AdminHandler(svc, false)
+	h := AdminHandler(svc, false, true)
 	ctx := context.Background()
 	svc.ShouldRateLimit(ctx, request("shop", desc("user=alice")))
 	many := `{"domain": "shop", "descriptors": [` + strings.Repeat(`{"entries": [{"key": "a", "value": "b"}]},`, 65)
@@ -207,7 +207,7 @@ func TestAdminHostileInput(t *testing.T) {
 func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
 	svc, _, _ := shopService(t, Options{})
 	public := HTTPHandler(svc, health.NewServer(), nil, true)
-	admin := AdminHandler(svc, false)
+	admin := AdminHandler(svc, false, true)
 	for _, r := range []struct{ method, target, body string }{
 		{"POST", "/explain", `{"domain": "shop", "descriptors": [{"entries": [{"key": "user", "value": "a"}]}]}`},
 		{"GET", bucketsURL("shop", "user=a"), ""},

@@ -84,12 +84,22 @@ func serving(r *http.Request, hs *health.Server) bool {
 //	DELETE /buckets       the same query: resets those buckets
 //	GET    /debug/pprof/  Go's profiles, if profiles is set (not cmdline,
 //	                      which would show a password given on the command line)
-func AdminHandler(svc *Service, profiles bool) http.Handler {
+//
+// /explain and /buckets read and reset buckets: unless buckets is set, they
+// answer 404 saying so.
+func AdminHandler(svc *Service, profiles, buckets bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config", svc.serveConfig)
-	mux.HandleFunc("POST /explain", svc.serveExplain)
-	mux.HandleFunc("GET /buckets", svc.serveBuckets)
-	mux.HandleFunc("DELETE /buckets", svc.serveBuckets)
+	explain, state := svc.serveExplain, svc.serveBuckets
+	if !buckets {
+		off := func(w http.ResponseWriter, r *http.Request) {
+			writeJSONError(w, http.StatusNotFound, r.URL.Path+" is off: the gRPC port requires client certificates, which the admin server does not check (-admin-buckets=true turns it on)")
+		}
+		explain, state = off, off
+	}
+	mux.HandleFunc("POST /explain", explain)
+	mux.HandleFunc("GET /buckets", state)
+	mux.HandleFunc("DELETE /buckets", state)
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {

@@ -72,7 +72,7 @@ func TestAdminOnRedis(t *testing.T) {
 
 func adminOnStore(t *testing.T, svc *rls.Service, store *redis.Store) {
 	ctx := context.Background()
-	h := rls.AdminHandler(svc, false)
+	h := rls.AdminHandler(svc, false, true)
 	req := request([]string{"v=1", "w=1"}, []string{"user=alice", "action=trade"})
 	call := func() string {
 		t.Helper()

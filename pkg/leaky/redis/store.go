@@ -19,6 +19,10 @@
 // Redis ran it) may have charged without the store knowing: it is not
 // retried (that could charge twice), nor undone; its buckets stay charged
 // until they drain. The same holds for a single Redis.
+//
+// State reads buckets without charging them, and Reset deletes them and
+// publishes their keys on <prefix>resets, where WatchResets hears them, so
+// that every replica can drop them from its over-limit cache.
 package redis
 
 import (
