@@ -115,11 +115,32 @@ func TestResetReachesOverLimitCaches(t *testing.T) {
 	if got := b.config.Load().cache.bytes(); got == 0 {
 		t.Fatal("replica b caches nothing: the test tests nothing")
 	}
+	// Each replica's explanation says whether its own cache rejects.
+	for _, c := range []struct {
+		svc  *Service
+		want bool
+	}{{a, false}, {b, true}} {
+		e, err := c.svc.Explain(ctx, trade)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := e.Descriptors[0].Walk[1].Limits[0].Bucket.State
+		if e.CacheRejects != c.want || tr.CachedOverLimit != c.want || e.Code != "OVER_LIMIT" {
+			t.Fatalf("explanation with the trade bucket cached as over: %s", mustJSON(t, e))
+		}
+	}
 	if _, err := a.ResetBuckets(ctx, "api", [][]descriptors.Entry{{{Key: "user", Value: "alice"}, {Key: "action", Value: "trade"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if resp, _ := a.ShouldRateLimit(ctx, trade); resp.GetOverallCode().String() != "OK" {
 		t.Fatalf("replica a after its reset: %s", render(resp))
+	}
+	e, err := b.Explain(ctx, trade)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.CacheRejects || e.Code != "OK" {
+		t.Fatalf("replica b, not told, explains: %s", mustJSON(t, e))
 	}
 	if resp, _ := b.ShouldRateLimit(ctx, trade); resp.GetOverallCode().String() != "OVER_LIMIT" {
 		t.Fatalf("replica b, not told, should still reject from its cache: %s", render(resp))

@@ -58,10 +58,16 @@ type Explanation struct {
 	// Code is the call's overall code, OK or OVER_LIMIT; Headers are the
 	// response headers it would return, and Body its raw body (a
 	// domain's over_limit_body). Absent without state.
-	Code        string                  `json:"code,omitempty"`
-	Headers     []Header                `json:"headers,omitempty"`
-	Body        string                  `json:"body,omitempty"`
-	Descriptors []DescriptorExplanation `json:"descriptors"`
+	Code    string   `json:"code,omitempty"`
+	Headers []Header `json:"headers,omitempty"`
+	Body    string   `json:"body,omitempty"`
+	// CacheRejects says this replica's over-limit cache would reject the
+	// call before the store is asked (a bucket's CachedOverLimit): the
+	// call is OVER_LIMIT whatever the buckets hold. The cache holds only
+	// what the store found over its limit, so the two disagree only after
+	// hits were given back, or a reset, that the replica did not hear of.
+	CacheRejects bool                    `json:"cache_rejects,omitempty"`
+	Descriptors  []DescriptorExplanation `json:"descriptors"`
 }
 
 // Header is one response header.
@@ -247,6 +253,10 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 	}
 	e.Body = string(resp.GetRawBody())
 	now := s.clock() // the over-limit cache's clock
+	peek := false    // a call that checks a bucket without charging it asks the store
+	for _, b := range w.buckets {
+		peek = peek || (b.Hits == 0 && !b.Shadow)
+	}
 	for i := range e.Descriptors {
 		de, st, v := &e.Descriptors[i], resp.GetStatuses()[i], &w.verdicts[i]
 		de.Code = codeName(st.GetCode())
@@ -261,8 +271,9 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 			if !r.Admitted {
 				bs.Reset = r.Reset.String()
 			}
-			if g.cache != nil {
-				_, bs.CachedOverLimit = g.cache.get(x.Bucket.Key, w.buckets[k].Hits, now)
+			if b := &w.buckets[k]; g.cache != nil && !b.Shadow && b.Hits > 0 {
+				_, bs.CachedOverLimit = g.cache.get(b.Key, b.Hits, now)
+				e.CacheRejects = e.CacheRejects || (bs.CachedOverLimit && !peek)
 			}
 			x.Bucket.State = bs
 			if l := w.levels[j]; l.Rule == v.binding && !x.Bucket.Shadow {

@@ -242,3 +242,23 @@ func (s *resetsLocally) Reset(ctx context.Context, keys []string) error {
 	}
 	return nil
 }
+
+// watchingPrimary is a primary that hears of resets.
+type watchingPrimary struct {
+	primary
+	keys []string
+}
+
+func (p *watchingPrimary) WatchResets(_ context.Context, forget func([]string)) { forget(p.keys) }
+
+func TestWatchResetsIsPrimarys(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	p := &watchingPrimary{keys: []string{"api|user=a"}}
+	var got []string
+	New(p, Options{Logger: quiet}).WatchResets(context.Background(), func(keys []string) { got = keys })
+	if fmt.Sprint(got) != "[api|user=a]" {
+		t.Errorf("forgot %q, want the primary's keys", got)
+	}
+	// A primary that hears of none: nothing to watch, and it returns.
+	New(&primary{}, Options{Logger: quiet}).WatchResets(context.Background(), func([]string) { t.Error("told to forget") })
+}
