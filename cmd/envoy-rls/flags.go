@@ -30,6 +30,7 @@ type settings struct {
 	httpAddr            string
 	adminAddr           string
 	httpJSON            optionalBool
+	adminBuckets        optionalBool
 	store               choice[storeKind]
 	redisURL            string
 	redisPasswordFile   string
@@ -205,7 +206,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
-	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, /debug/pprof/ with -pprof); keep it private; empty turns it off")
+	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, POST /explain, GET and DELETE /buckets, /debug/pprof/ with -pprof); keep it private; empty turns it off")
+	fs.Var(&s.adminBuckets, "admin-buckets", "serve POST /explain and GET and DELETE /buckets on the admin address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since the admin server checks none")
 	fs.Var(&s.httpJSON, "http-json", "serve POST /json on the HTTP address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since /json has none")
 	fs.Var(&s.store, "store", "bucket `store`: memory (one replica) or redis (several)")
 	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")

@@ -3,6 +3,7 @@
 //
 //	envoy-rls [serve] [flags]       run the service (serve is the default)
 //	envoy-rls check-config PATH     validate a config file or directory
+//	envoy-rls explain DOMAIN k=v... walk descriptors through the config
 //	envoy-rls healthcheck           probe the local server's gRPC health
 //	envoy-rls version               print the version
 package main
@@ -56,6 +57,8 @@ func (a *app) run(ctx context.Context, args []string) int {
 		return a.serve(ctx, args)
 	case "check-config":
 		return a.checkConfig(args)
+	case "explain":
+		return a.explain(args)
 	case "healthcheck":
 		return a.healthcheck(args)
 	case "version":
@@ -75,6 +78,8 @@ func (a *app) usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   envoy-rls [serve] [flags]       run the rate-limit service (serve is the default)
   envoy-rls check-config PATH     validate a config file or directory; exit 1 if invalid
+  envoy-rls explain [-config PATH] DOMAIN key=value[,key=value...]...
+                                  show each descriptor's walk through the config: levels, limits, bucket keys
   envoy-rls healthcheck [flags]   ask the local server's gRPC health: exit 0 if SERVING, 1 if not
   envoy-rls version               print the version
 

@@ -102,6 +102,8 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	}
 	watching := rls.WatchStore(ctx, ready, hs, log, s.failureMode.value.answersWhileDown())
 	defer func() { <-watching }()
+	resets := watchResets(ctx, st, svc)
+	defer func() { <-resets }()
 	flushing := ref.run(ctx, s.statsd.interval)
 	defer func() { <-flushing }()
 	log.Info("envoy-rls serving", "version", version(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),

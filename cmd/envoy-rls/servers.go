@@ -124,7 +124,9 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, h
 	}
 	if adminLis != nil {
 		srv.addrs.admin = adminLis.Addr()
-		srv.serveHTTP(adminLis, rls.AdminHandler(svc, s.pprof), adminWriteTimeout, log)
+		// Like /json, the buckets' endpoints check no client certificate.
+		buckets := s.adminBuckets.or(s.grpcTLSClientCA == "")
+		srv.serveHTTP(adminLis, rls.AdminHandler(svc, s.pprof, buckets), adminWriteTimeout, log)
 	}
 	return srv, nil
 }

@@ -47,6 +47,14 @@ type LimitDescription struct {
 	Reported   string `json:"reported_as"` // requests per unit, as in current_limit
 }
 
+// Describe returns the limit as GET /config shows it, with its name and
+// shadow mode.
+func (r *Rule) Describe() LimitDescription {
+	l := describeLimit(r)
+	l.Name, l.ShadowMode = r.Name, r.Shadow
+	return l
+}
+
 func describeLimit(r *Rule) LimitDescription {
 	l := r.Limit
 	d := LimitDescription{Algorithm: l.Algorithm.String(), Reported: r.Rate.String()}
@@ -89,9 +97,7 @@ func describeLevel(lv *level) []DescriptorDescription {
 		switch {
 		case n.list:
 			for _, r := range n.rules {
-				l := describeLimit(r)
-				l.Name, l.ShadowMode = r.Name, r.Shadow
-				d.Limits = append(d.Limits, l)
+				d.Limits = append(d.Limits, r.Describe())
 			}
 		case len(n.rules) == 1:
 			r := n.rules[0]

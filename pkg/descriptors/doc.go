@@ -29,5 +29,7 @@
 // The compiled tree is immutable. Domain.Resolve turns a request descriptor
 // such as [user=alex, action=trade] into every level on its path that has a
 // limit (user=alex, then user=alex/action=trade), each with a bucket key that
-// no other descriptor path can produce.
+// no other descriptor path can produce. Domain.Explain is the same walk,
+// recorded: every node reached, with its file line and how it matched, and
+// why each limit not checked was skipped.
 package descriptors

@@ -41,3 +41,31 @@ descriptors:
 	// Output:
 	// api.yaml:5: descriptors[0].leaky_bucket.drip_sise: unknown field (did you mean "drip_size"?) (known fields: size, drip_rate, drip_size)
 }
+
+func ExampleDomain_Explain() {
+	config, _, err := descriptors.Parse(descriptors.Source{Name: "api.yaml", Data: []byte(`domain: api
+descriptors:
+  - key: user
+    leaky_bucket: {size: 60, drip_rate: 1s}
+    descriptors:
+      - key: action
+        value: trade
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	walk := config.Domain("api").Explain([]descriptors.Entry{{Key: "user", Value: "alex"}, {Key: "action", Value: "buy"}}, nil)
+	for _, st := range walk.Steps {
+		fmt.Printf("api.yaml:%d %s (%s)\n", st.Line, st.Path, st.Match)
+		for _, l := range st.Limits {
+			fmt.Println("  checks", walk.Levels[l.Level].Key)
+		}
+	}
+	fmt.Println("no node matches entry", walk.Unmatched)
+	// Output:
+	// api.yaml:3 user (any value)
+	//   checks api|user=alex
+	// no node matches entry 1
+}

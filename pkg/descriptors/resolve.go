@@ -37,8 +37,18 @@ type Level struct {
 // The keys of all levels share one allocation; nothing else is allocated
 // for descriptors of up to 16 entries.
 func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
+	return d.resolve(entries, override, dst, nil)
+}
+
+// resolve is Resolve, writing down in rec, if not nil, how each level came
+// about (Explain): one code path decides and explains.
+func (d *Domain) resolve(entries []Entry, override *Rule, dst []Level, rec *Walk) []Level {
 	var nodeBuf [16]*node
 	nodes, first, unlimited := d.walk(entries, nodeBuf[:0])
+	start := len(dst)
+	if rec != nil {
+		rec.steps(d, entries, nodes, first, unlimited)
+	}
 	if unlimited {
 		return dst
 	}
@@ -90,18 +100,27 @@ func (d *Domain) Resolve(entries []Entry, override *Rule, dst []Level) []Level {
 		case i < first:
 		case i == replaced:
 			dst = append(dst, Level{Key: key, Rule: override})
+			if rec != nil {
+				rec.replaced(i, len(dst)-1-start)
+			}
 		default:
-			for _, r := range n.rules {
+			for j, r := range n.rules {
 				k := key[:ends[i]]
 				if r.mark != "" {
 					k += r.mark // a key of its own
 				}
 				dst = append(dst, Level{Key: k, Rule: r})
+				if rec != nil {
+					rec.Steps[i].Limits[j].Level = len(dst) - 1 - start
+				}
 			}
 		}
 	}
 	if override != nil && replaced < 0 {
 		dst = append(dst, Level{Key: key, Rule: override})
+		if rec != nil {
+			rec.Override = len(dst) - 1 - start
+		}
 	}
 	return dst
 }

@@ -136,6 +136,17 @@ func (c *overLimitCache) bytes() int64 {
 	return n
 }
 
+// clear drops every entry.
+func (c *overLimitCache) clear() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.bytes = 0
+		sh.mu.Unlock()
+	}
+}
+
 func (c *overLimitCache) remove(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()

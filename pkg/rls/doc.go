@@ -8,6 +8,11 @@
 // restrictive of its levels: OVER_LIMIT if any level is over, the least
 // remaining, the longest time to reset.
 //
+// Explain answers how a request would be decided now, and why, without
+// charging it: the walks of package descriptors, the buckets' state read
+// with the store's State, and the response built by the call's own code.
+// AdminHandler serves it, and the buckets' state and reset, to operators.
+//
 // gRPC codes: InvalidArgument for a malformed request, Unavailable when the
 // store fails, DeadlineExceeded or Canceled when the call ends first; never
 // Unknown. Requests for unknown domains, or whose descriptors match no

@@ -24,6 +24,16 @@ func badRequest(format string, args ...any) error {
 	return &requestError{msg: fmt.Sprintf(format, args...)}
 }
 
+// unsupportedError is something the service cannot do with its store.
+type unsupportedError struct{ msg string }
+
+func (e *unsupportedError) Error() string { return e.msg }
+
+// unavailableError is something the service cannot do yet (no config).
+type unavailableError struct{ msg string }
+
+func (e *unavailableError) Error() string { return e.msg }
+
 // storeError is a failure of the store: Redis down, a timeout. Its
 // message, for the log, may name the store's address; clientMessage,
 // for callers, does not.
@@ -67,12 +77,18 @@ func (e *storeError) clientMessage() string {
 // one place codes are chosen: grpc-go would turn a plain error into Unknown.
 func grpcStatus(err error) error {
 	var (
-		req   *requestError
-		store *storeError
+		req         *requestError
+		store       *storeError
+		unsupported *unsupportedError
+		unavailable *unavailableError
 	)
 	switch {
 	case errors.As(err, &req):
 		return status.Error(codes.InvalidArgument, req.msg)
+	case errors.As(err, &unsupported):
+		return status.Error(codes.Unimplemented, unsupported.msg)
+	case errors.As(err, &unavailable):
+		return status.Error(codes.Unavailable, unavailable.msg)
 	case errors.As(err, &store):
 		// Whatever failed (Redis down, a timeout), the service cannot decide:
 		// Envoy's failure_mode_deny says what happens to the request.

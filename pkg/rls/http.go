@@ -76,12 +76,30 @@ func serving(r *http.Request, hs *health.Server) bool {
 // AdminHandler serves the endpoints for operators, which belong on a
 // private address:
 //
-//	GET /config         the config in force, as JSON
-//	GET /debug/pprof/   Go's profiles, if profiles is set (not cmdline,
-//	                    which would show a password given on the command line)
-func AdminHandler(svc *Service, profiles bool) http.Handler {
+//	GET    /config        the config in force, as JSON
+//	POST   /explain       a RateLimitRequest as for POST /json: how it would
+//	                      be decided now, and why, charging nothing
+//	GET    /buckets       ?domain=D&descriptor=k=v,k=v (repeated for more):
+//	                      the state of the buckets the descriptors reach
+//	DELETE /buckets       the same query: resets those buckets
+//	GET    /debug/pprof/  Go's profiles, if profiles is set (not cmdline,
+//	                      which would show a password given on the command line)
+//
+// /explain and /buckets read and reset buckets: unless buckets is set, they
+// answer 404 saying so.
+func AdminHandler(svc *Service, profiles, buckets bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config", svc.serveConfig)
+	explain, state := svc.serveExplain, svc.serveBuckets
+	if !buckets {
+		off := func(w http.ResponseWriter, r *http.Request) {
+			writeJSONError(w, http.StatusNotFound, r.URL.Path+" is off: the gRPC port requires client certificates, which the admin server does not check (-admin-buckets=true turns it on)")
+		}
+		explain, state = off, off
+	}
+	mux.HandleFunc("POST /explain", explain)
+	mux.HandleFunc("GET /buckets", state)
+	mux.HandleFunc("DELETE /buckets", state)
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
@@ -114,22 +132,11 @@ func profileIndex(w http.ResponseWriter) {
 // serveJSON answers a RateLimitRequest given as JSON, as envoyproxy/ratelimit
 // does, with the response headers set on the HTTP response too.
 func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxJSONBody))
-		return
-	case err != nil:
-		writeJSONError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+	req, ok := readRequest(w, r)
+	if !ok {
 		return
 	}
-	var req rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
-		writeJSONError(w, http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
-		return
-	}
-	resp, err := s.ShouldRateLimit(r.Context(), &req)
+	resp, err := s.ShouldRateLimit(r.Context(), req)
 	if err != nil {
 		st := status.Convert(err)
 		writeJSONError(w, httpStatus(st.Code()), st.Message())
@@ -150,6 +157,27 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
+// readRequest reads a RateLimitRequest in protojson from the body of r,
+// of at most MaxJSONBody bytes, or answers why it cannot.
+func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxJSONBody))
+		return nil, false
+	case err != nil:
+		writeJSONError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return nil, false
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
+		return nil, false
+	}
+	return &req, true
+}
+
 // httpStatus maps the service's gRPC codes to HTTP.
 func httpStatus(c codes.Code) int {
 	switch c {
@@ -159,6 +187,8 @@ func httpStatus(c codes.Code) int {
 		return http.StatusServiceUnavailable
 	case codes.DeadlineExceeded:
 		return http.StatusGatewayTimeout
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
 	default:
 		return http.StatusInternalServerError
 	}

@@ -23,6 +23,12 @@ func allOK(n int) *rlsv3.RateLimitResponse { return &newResponse(n).resp }
 // the most restrictive of all. Shadow levels are left out of both: they
 // never change what a client sees.
 func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitResponse {
+	return s.response(domain, w, true)
+}
+
+// response is respond; call says the response is a call's, which the
+// observer and the log are told of, and not an explanation's.
+func (s *Service) response(domain *descriptors.Domain, w *work, call bool) *rlsv3.RateLimitResponse {
 	n := len(w.starts) - 1
 	b := newResponse(n)
 	resp := &b.resp
@@ -36,9 +42,11 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			}
 			l, r := &w.levels[j], &w.results[k]
 			shadow := w.buckets[k].Shadow
-			s.observer.Limit(domain.Name, l.Rule, l.Key, w.hits[i], r, shadow)
+			if call {
+				s.observer.Limit(domain.Name, l.Rule, l.Key, w.hits[i], r, shadow)
+			}
 			if shadow {
-				if !r.Admitted {
+				if !r.Admitted && call {
 					s.log.Debug("shadow limit would reject", "domain", domain.Name, "limit", l.Rule.Path, "name", l.Rule.Name)
 				}
 				continue
@@ -46,6 +54,7 @@ func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitR
 			v.add(l.Rule, r)
 			all.add(l.Rule, r)
 		}
+		w.verdicts = append(w.verdicts, v)
 		v.status(&b.statuses[i])
 		if w.unlimited[i] {
 			b.statuses[i].st.LimitRemaining = math.MaxUint32

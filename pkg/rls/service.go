@@ -231,6 +231,16 @@ func codeName(c rlsv3.RateLimitResponse_Code) string {
 
 // decide answers a request; domain is its domain if the config has it.
 func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, domain string, err error) {
+	var w *work
+	defer func() {
+		if s.log.Enabled(ctx, slog.LevelDebug) {
+			s.logCall(ctx, req, resp, err, w)
+		}
+		if w != nil {
+			w.reset()
+			s.work.Put(w)
+		}
+	}()
 	g := s.config.Load()
 	d := g.domain(req.GetDomain())
 	if d != nil {
@@ -246,8 +256,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		return allOK(len(req.GetDescriptors())), domain, nil
 	}
 
-	w := s.work.Get().(*work)
-	defer func() { w.reset(); s.work.Put(w) }()
+	w = s.work.Get().(*work)
 	w.resolve(d, req, s.shadow)
 	if len(w.buckets) == 0 {
 		return s.respond(d, w), domain, nil // OK: no limit, or allow-listed

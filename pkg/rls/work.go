@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -23,7 +24,8 @@ type work struct {
 	// unlimited marks the allow-listed descriptors, answered with the
 	// most a limit_remaining holds, as envoyproxy/ratelimit answers them.
 	unlimited []bool
-	hits      []int64 // each descriptor's hits, for the observer
+	hits      []int64   // each descriptor's hits, for the observer
+	verdicts  []verdict // each descriptor's, once the response is made
 }
 
 // scanBuckets is how many buckets addBucket searches one by one; beyond, a
@@ -35,6 +37,8 @@ func (w *work) reset() {
 	clear(w.buckets)
 	w.entries, w.levels, w.starts, w.unlimited, w.hits = w.entries[:0], w.levels[:0], w.starts[:0], w.unlimited[:0], w.hits[:0]
 	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
+	clear(w.verdicts) // drop references to rules
+	w.verdicts = w.verdicts[:0]
 	clear(w.index)
 }
 
@@ -45,18 +49,46 @@ func (w *work) reset() {
 func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) {
 	w.starts = append(w.starts, 0)
 	for _, desc := range req.GetDescriptors() {
-		var override *descriptors.Rule
-		if o := desc.GetLimit(); o != nil {
-			override = overrideRule(o, d.RateLimitAlgorithm)
-		}
 		w.entries = entriesOf(desc, w.entries[:0])
 		before := len(w.levels)
-		w.levels = d.Resolve(w.entries, override, w.levels)
+		w.levels = d.Resolve(w.entries, overrideOf(d, desc), w.levels)
 		w.starts = append(w.starts, len(w.levels))
 		// No level: unknown to the config, or allow-listed (a second walk,
 		// only then).
 		w.unlimited = append(w.unlimited, len(w.levels) == before && d.Unlimited(w.entries))
 	}
+	w.gather(d, req, shadow)
+}
+
+// explain is resolve, recording each descriptor's walk (for Explain): its
+// levels are the walk's, and the buckets are gathered alike.
+func (w *work) explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) []descriptors.Walk {
+	walks := make([]descriptors.Walk, 0, len(req.GetDescriptors()))
+	w.starts = append(w.starts, 0)
+	for _, desc := range req.GetDescriptors() {
+		walk := d.Explain(entriesOf(desc, nil), overrideOf(d, desc))
+		walks = append(walks, walk)
+		w.levels = append(w.levels, walk.Levels...)
+		w.starts = append(w.starts, len(w.levels))
+		w.unlimited = append(w.unlimited, walk.Unlimited)
+	}
+	w.gather(d, req, shadow)
+	return walks
+}
+
+// overrideOf returns the rule of a limit Envoy sent with a descriptor, or
+// nil.
+func overrideOf(d *descriptors.Domain, desc *ratelimitv3.RateLimitDescriptor) *descriptors.Rule {
+	if o := desc.GetLimit(); o != nil {
+		return overrideRule(o, d.RateLimitAlgorithm)
+	}
+	return nil
+}
+
+// gather makes the buckets of the levels resolved: levels of replaced
+// limits are dropped, and a bucket reached by several descriptors is one
+// bucket with all their hits.
+func (w *work) gather(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) {
 	var replaced map[string]bool
 	if d.HasReplaces() {
 		replaced = replacedNames(w.levels)

@@ -22,6 +22,10 @@ import (
 // Primary is the shared store.
 type Primary interface {
 	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	// State reads buckets without charging them, and Reset empties them
+	// (see the memory store's methods of the same names).
+	State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error)
+	Reset(ctx context.Context, keys []string) error
 	Check(ctx context.Context) error
 	Close() error
 }
@@ -143,6 +147,39 @@ func (s *Store) toPrimary() {
 	}
 	// Calls still on the local store finish before it closes.
 	time.AfterFunc(time.Second, func() { l.Close() })
+}
+
+// State reads the buckets where requests are decided: on the local store
+// while falling back, else on Primary. It never switches: a failed read
+// is an error.
+func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+	if l := s.local.Load(); l != nil {
+		return l.State(ctx, now, buckets, states)
+	}
+	return s.primary.State(ctx, now, buckets, states)
+}
+
+// Reset empties the buckets on Primary and, while falling back, on the
+// local store too, where requests are decided meanwhile. Primary's error
+// is returned, after the local store is reset.
+func (s *Store) Reset(ctx context.Context, keys []string) error {
+	if l := s.local.Load(); l != nil {
+		if err := l.Reset(ctx, keys); err != nil {
+			return err
+		}
+	}
+	return s.primary.Reset(ctx, keys)
+}
+
+// WatchResets passes on Primary's, if it has them: the resets made
+// through other replicas (see the Redis store's WatchResets). Without them
+// it returns at once.
+func (s *Store) WatchResets(ctx context.Context, forget func(keys []string)) {
+	if w, ok := s.primary.(interface {
+		WatchResets(context.Context, func([]string))
+	}); ok {
+		w.WatchResets(ctx, forget)
+	}
 }
 
 // Close closes Primary and the local store.

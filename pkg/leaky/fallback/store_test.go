@@ -16,8 +16,9 @@ import (
 
 // primary is a shared store that fails while down is set.
 type primary struct {
-	down  atomic.Bool
-	calls atomic.Int64
+	down   atomic.Bool
+	calls  atomic.Int64
+	resets atomic.Int64
 }
 
 var errDown = errors.New("connection refused")
@@ -34,6 +35,22 @@ func (p *primary) Apply(ctx context.Context, _ time.Time, _ []leaky.Bucket, resu
 }
 
 func (p *primary) Check(context.Context) error {
+	if p.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (p *primary) State(_ context.Context, now time.Time, _ []leaky.Bucket, states []leaky.State) (time.Time, error) {
+	if p.down.Load() {
+		return now, errDown
+	}
+	clear(states)
+	return now, nil
+}
+
+func (p *primary) Reset(context.Context, []string) error {
+	p.resets.Add(1)
 	if p.down.Load() {
 		return errDown
 	}
@@ -182,15 +199,66 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 	t.Run("PrimaryDown", func(t *testing.T) {
-		leakytest.Run(t, func(t *testing.T) leakytest.Store {
-			p := &primary{}
-			p.down.Store(true)
-			s := New(p, Options{Logger: quiet})
-			if err := s.Check(context.Background()); err != nil || !s.Local() {
-				t.Fatalf("with the primary down: local %v, %v", s.Local(), err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		})
+		leakytest.Run(t, func(t *testing.T) leakytest.Store { return downStore(t) })
 	})
+}
+
+// downStore returns a store whose primary is down: it decides locally.
+func downStore(t *testing.T) *Store {
+	p := &primary{}
+	p.down.Store(true)
+	s := New(p, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err := s.Check(context.Background()); err != nil || !s.Local() {
+		t.Fatalf("with the primary down: local %v, %v", s.Local(), err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestInspect runs the suite of State and Reset through the fallback
+// store both ways, as TestConformance.
+func TestInspect(t *testing.T) {
+	leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector {
+		m, err := memory.New(memory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := New(memoryPrimary{m}, Options{Logger: slog.New(slog.DiscardHandler)})
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+	t.Run("PrimaryDown", func(t *testing.T) {
+		leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector { return &resetsLocally{downStore(t)} })
+	})
+}
+
+// resetsLocally is a store falling back whose Reset, which fails on the
+// primary that is down, has reset the local store: the suite sees that.
+type resetsLocally struct{ *Store }
+
+func (s *resetsLocally) Reset(ctx context.Context, keys []string) error {
+	if err := s.Store.Reset(ctx, keys); !errors.Is(err, errDown) {
+		return fmt.Errorf("Reset with the primary down: %v, want its error", err)
+	}
+	return nil
+}
+
+// watchingPrimary is a primary that hears of resets.
+type watchingPrimary struct {
+	primary
+	keys []string
+}
+
+func (p *watchingPrimary) WatchResets(_ context.Context, forget func([]string)) { forget(p.keys) }
+
+func TestWatchResetsIsPrimarys(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	p := &watchingPrimary{keys: []string{"api|user=a"}}
+	var got []string
+	New(p, Options{Logger: quiet}).WatchResets(context.Background(), func(keys []string) { got = keys })
+	if fmt.Sprint(got) != "[api|user=a]" {
+		t.Errorf("forgot %q, want the primary's keys", got)
+	}
+	// A primary that hears of none: nothing to watch, and it returns.
+	New(&primary{}, Options{Logger: quiet}).WatchResets(context.Background(), func([]string) { t.Error("told to forget") })
 }

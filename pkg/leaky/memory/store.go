@@ -216,35 +216,16 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		lockBuf  [8]uint32
 		stateBuf [8]leaky.State
 	)
-	ids, locks, states := shardBuf[:0], lockBuf[:0], stateBuf[:0]
-	for _, b := range buckets {
-		id := uint32(maphash.String(s.seed, b.Key) & s.mask)
-		ids = append(ids, id)
-		locks = insertSorted(locks, id)
-	}
-	for _, id := range locks {
-		s.shards[id].mu.Lock()
-	}
-	defer func() {
-		for _, id := range locks {
-			s.shards[id].mu.Unlock()
-		}
-	}()
+	ids, locks := s.lock(buckets, shardBuf[:0], lockBuf[:0])
+	defer s.unlock(locks)
 	if err := ctx.Err(); err != nil {
 		return err // the call ended while waiting for the locks
 	}
 
 	us := now.UnixMicro()
+	states := stateBuf[:0]
 	for i, b := range buckets {
-		var st leaky.State
-		sh := &s.shards[ids[i]]
-		if e, ok := sh.m[b.Key]; ok && e.expires > us {
-			st = leaky.State{Counter: e.counter, Timestamp: e.timestamp}
-			if b.Limit.Algorithm == leaky.SlidingWindow {
-				st.Counts = sh.counts[b.Key]
-			}
-		}
-		states = append(states, st)
+		states = append(states, s.shards[ids[i]].state(b, us))
 	}
 	if !leaky.DecideAll(states, buckets, now, results[:len(buckets)]) {
 		return nil // a rejected request changes nothing
@@ -253,6 +234,42 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		s.save(&s.shards[ids[i]], b.Key, results[i], us, buckets)
 	}
 	return nil
+}
+
+// lock locks the shards of the buckets in ascending order, so that two
+// requests never deadlock, and returns each bucket's shard (appended to
+// ids) and the shards locked (appended to locks), for unlock.
+func (s *Store) lock(buckets []leaky.Bucket, ids, locks []uint32) ([]uint32, []uint32) {
+	for _, b := range buckets {
+		id := uint32(maphash.String(s.seed, b.Key) & s.mask)
+		ids = append(ids, id)
+		locks = insertSorted(locks, id)
+	}
+	for _, id := range locks {
+		s.shards[id].mu.Lock()
+	}
+	return ids, locks
+}
+
+func (s *Store) unlock(locks []uint32) {
+	for _, id := range locks {
+		s.shards[id].mu.Unlock()
+	}
+}
+
+// state returns a bucket's state at now (Unix microseconds) in its locked
+// shard: empty if not held or expired. A sliding window's counts are the
+// shard's own, which a charge changes in place.
+func (sh *shard) state(b leaky.Bucket, now int64) leaky.State {
+	e, ok := sh.m[b.Key]
+	if !ok || e.expires <= now {
+		return leaky.State{}
+	}
+	st := leaky.State{Counter: e.counter, Timestamp: e.timestamp}
+	if b.Limit.Algorithm == leaky.SlidingWindow {
+		st.Counts = sh.counts[b.Key]
+	}
+	return st
 }
 
 // saveCounts keeps a kept sliding window's counts (nil for other buckets),

@@ -29,6 +29,10 @@ func TestConformanceOneShard(t *testing.T) {
 	leakytest.Run(t, func(t *testing.T) leakytest.Store { return newStore(t, Options{Shards: 1}) })
 }
 
+func TestInspect(t *testing.T) {
+	leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector { return newStore(t, Options{}) })
+}
+
 var t0 = leakytest.T0
 
 func charge(t *testing.T, s *Store, now time.Time, key string, l leaky.Limit) leaky.Result {

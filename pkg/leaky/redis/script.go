@@ -168,6 +168,25 @@ func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string
 	return states, vals[len(vals)-1], nil
 }
 
+func (scriptExec) read(ctx context.Context, p goredis.Pipeliner, key string) goredis.Cmder {
+	return p.Get(ctx, key)
+}
+
+// state decodes a bucket as decide.lua loads it: load_window for a sliding
+// window, load_state for the others, each empty for what it cannot read.
+func (scriptExec) state(read goredis.Cmder, algo leaky.Algorithm) leaky.State {
+	cmd, ok := read.(*goredis.StringCmd)
+	if !ok || cmd.Err() != nil {
+		return leaky.State{}
+	}
+	decode := decodeState
+	if algo == leaky.SlidingWindow {
+		decode = decodeWindow
+	}
+	st, _ := decode(cmd.Val())
+	return st
+}
+
 // scriptArgs formats a script's numeric arguments into one buffer, made
 // into strings with one allocation: formatting (or boxing) each number on
 // its own would allocate it.

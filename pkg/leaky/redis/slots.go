@@ -95,6 +95,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 		}
 	}
 	parallel(undos, func(u *undo) { u.states, u.now, u.err = s.exec.undo(undoCtx, c, at, u.keys, u.changes) })
+	var windows []int // sliding windows undone, whose counts the undo does not return
 	for _, u := range undos {
 		if u.err != nil {
 			s.log.Error("redis store: undoing the charge of a rejected request failed: its buckets stay charged until they drain",
@@ -104,9 +105,9 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 		for j, i := range u.index {
 			b := buckets[i]
 			if b.Limit.Algorithm == leaky.SlidingWindow {
-				// The undo returns no counts: the charged result, less the
-				// charge.
+				// Until read again below: the charged result, less the charge.
 				results[i].Remaining = min(results[i].Remaining+u.changes[j].hits, b.Limit.Size)
+				windows = append(windows, i)
 				continue
 			}
 			r := leaky.Decide(u.states[j], b.Limit, time.UnixMicro(u.now), 0)
@@ -114,10 +115,34 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 			results[i] = r
 		}
 	}
+	s.rereadWindows(undoCtx, c, at, windows, keys, buckets, results)
 	if rejected {
 		return nil // rejected for certain, whatever else failed
 	}
 	return failed
+}
+
+// rereadWindows reads the sliding windows at these indexes again once
+// undone, for their figures as they stay (the time to clear, above all).
+// If the read fails, the results keep what the undo alone tells.
+func (s *Store) rereadWindows(ctx context.Context, c *clients, at int64, windows []int, keys []string, buckets []leaky.Bucket, results []leaky.Result) {
+	if len(windows) == 0 {
+		return
+	}
+	wk, wb := make([]string, len(windows)), make([]leaky.Bucket, len(windows))
+	for n, i := range windows {
+		wk[n], wb[n] = keys[i], buckets[i]
+	}
+	states := make([]leaky.State, len(windows))
+	now, err := s.read(ctx, c, at, wk, wb, states)
+	if err != nil {
+		return
+	}
+	for n, i := range windows {
+		r := leaky.Decide(states[n], wb[n].Limit, time.UnixMicro(now), 0)
+		r.Admitted = true // the window had room; the request was refused elsewhere
+		results[i] = r
+	}
 }
 
 // undo is the changes one charged part made, to take back.

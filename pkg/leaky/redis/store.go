@@ -19,6 +19,10 @@
 // Redis ran it) may have charged without the store knowing: it is not
 // retried (that could charge twice), nor undone; its buckets stay charged
 // until they drain. The same holds for a single Redis.
+//
+// State reads buckets without charging them, and Reset deletes them and
+// publishes their keys on <prefix>resets, where WatchResets hears them, so
+// that every replica can drop them from its over-limit cache.
 package redis
 
 import (
@@ -89,16 +93,19 @@ type Pipeline struct {
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client      atomic.Pointer[clients]
-	pipeline    Pipeline
-	connect     *ClientOptions // nil: the client is not replaced
-	closed      atomic.Bool
-	exec        executor
-	batch       *batcher // nil: a script call per request
-	keyPrefix   string   // the prefix, and the mode's own mark
-	cluster     bool
-	callerClock bool
-	log         *slog.Logger
+	client    atomic.Pointer[clients]
+	pipeline  Pipeline
+	connect   *ClientOptions // nil: the client is not replaced
+	closed    atomic.Bool
+	exec      executor
+	batch     *batcher // nil: a script call per request
+	keyPrefix string   // the prefix, and the mode's own mark
+	// resetChannel is where Reset tells every replica of the keys it
+	// reset (WatchResets): the prefix, then "resets".
+	resetChannel string
+	cluster      bool
+	callerClock  bool
+	log          *slog.Logger
 }
 
 // executor decides buckets whose keys share a slot. now is Unix
@@ -112,6 +119,11 @@ type executor interface {
 	// undo takes back changes, atomically, and never rejects; it returns
 	// the buckets' states afterwards.
 	undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error)
+	// read queues the read of a bucket's stored form, for state.
+	read(ctx context.Context, p goredis.Pipeliner, key string) goredis.Cmder
+	// state returns the state read, as run would load it: empty when
+	// there is none, or none it can read.
+	state(read goredis.Cmder, algo leaky.Algorithm) leaky.State
 }
 
 // change is what a decision did to one bucket, for undo: a leaky bucket's
@@ -145,7 +157,7 @@ func New(opts Options) (*Store, error) {
 	if opts.Pipeline.Limit < 0 || opts.Pipeline.Window < 0 {
 		return nil, fmt.Errorf("redis pipeline: limit %d and window %v must not be negative", opts.Pipeline.Limit, opts.Pipeline.Window)
 	}
-	s := &Store{connect: opts.Connect, keyPrefix: opts.Prefix, callerClock: opts.CallerClock, log: opts.Logger}
+	s := &Store{connect: opts.Connect, keyPrefix: opts.Prefix, resetChannel: opts.Prefix + "resets", callerClock: opts.CallerClock, log: opts.Logger}
 	_, s.cluster = opts.Client.(*goredis.ClusterClient)
 	switch opts.Mode {
 	case ScriptMode:

@@ -154,6 +154,20 @@ func undone(cur leaky.State, stored bool, ch change) leaky.State {
 	return leaky.State{Counter: c, Timestamp: cur.Timestamp}
 }
 
+func (txExec) read(ctx context.Context, p goredis.Pipeliner, key string) goredis.Cmder {
+	return p.HMGet(ctx, key, counterField, timestampField, windowField)
+}
+
+// state reads a bucket's hash as readBuckets does.
+func (txExec) state(read goredis.Cmder, _ leaky.Algorithm) leaky.State {
+	cmd, ok := read.(*goredis.SliceCmd)
+	if !ok || cmd.Err() != nil {
+		return leaky.State{}
+	}
+	st, _ := readState(cmd.Val())
+	return st
+}
+
 // readBuckets reads the server's time (unless now is given) and the buckets.
 func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) ([]leaky.State, []bool, int64, error) {
 	var timeCmd *goredis.TimeCmd

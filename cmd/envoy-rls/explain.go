@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+const explainUsage = "Usage: envoy-rls explain [-config PATH] [-rate-limit-algorithm NAME] [-o text|json] DOMAIN key=value[,key=value...]..."
+
+// explain walks descriptors through the config alone, as the service
+// would, and prints each level it reaches, its limits and bucket keys, and
+// what is skipped and why: POST /explain without the buckets' state. Each
+// argument after the domain is one descriptor. Flags may come anywhere.
+func (a *app) explain(args []string) int {
+	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	config := fs.String("config", "config", "YAML config file or directory")
+	algo := algorithmFlag()
+	fs.Var(&algo, "rate-limit-algorithm", algorithmUsage)
+	format := choice[string]{"text", []option[string]{{"text", "text"}, {"json", "json"}}}
+	fs.Var(&format, "o", "output: text, or json (POST /explain's JSON, without state)")
+	fs.Usage = func() {
+		fmt.Fprintln(a.stderr, explainUsage)
+		fs.PrintDefaults()
+	}
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if err := applyEnv(fs, a.lookupEnv); err != nil {
+		fmt.Fprintf(a.stderr, "envoy-rls explain: %v\n", err)
+		return exitUsage
+	}
+	if len(positional) < 2 {
+		fs.Usage()
+		return exitUsage
+	}
+	req := &rlsv3.RateLimitRequest{Domain: positional[0]}
+	for _, d := range positional[1:] {
+		es, err := rls.ParseDescriptor(d)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "envoy-rls explain: %v\n", err)
+			return exitUsage
+		}
+		desc := &ratelimitv3.RateLimitDescriptor{}
+		for _, e := range es {
+			desc.Entries = append(desc.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+
+	cfg, _, err := descriptors.Options{RateLimitAlgorithm: algo.value}.Load(*config)
+	if err != nil {
+		var cfgErr *descriptors.Error
+		if errors.As(err, &cfgErr) {
+			for _, p := range cfgErr.Problems {
+				fmt.Fprintln(a.stderr, p.String())
+			}
+		} else {
+			fmt.Fprintln(a.stderr, err)
+		}
+		return exitError
+	}
+	e, err := rls.ExplainConfig(cfg, req, false)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "envoy-rls explain: %v\n", err)
+		return exitError
+	}
+	if format.value == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(e); err != nil {
+			fmt.Fprintf(a.stderr, "envoy-rls explain: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+	writeExplanation(a.stdout, e)
+	return exitOK
+}
+
+// writeExplanation prints an explanation for people: per descriptor, each
+// node reached with its file and line, each of its limits with its bucket
+// key or why it is skipped, and where the walk stopped.
+func writeExplanation(w io.Writer, e *rls.Explanation) {
+	fmt.Fprintf(w, "domain %s (%s)\n", e.Domain, e.File)
+	for i, d := range e.Descriptors {
+		var es []string
+		for _, en := range d.Entries {
+			es = append(es, en.Key+"="+en.Value)
+		}
+		fmt.Fprintf(w, "\ndescriptor %d: %s\n", i+1, strings.Join(es, ", "))
+		var checked, shadow int
+		count := func(l rls.LimitExplanation) {
+			switch {
+			case l.Bucket == nil:
+			case l.Bucket.Shadow:
+				shadow++
+			default:
+				checked++
+			}
+		}
+		for _, st := range d.Walk {
+			where := e.File
+			if st.Line > 0 {
+				where += fmt.Sprintf(":%d", st.Line)
+			}
+			en := d.Entries[st.Entry]
+			fmt.Fprintf(w, "  %s  %s  (matches %s=%s: %s)\n", where, st.Path, en.Key, en.Value, st.Match)
+			if st.Unlimited {
+				fmt.Fprintln(w, "      unlimited: allow-lists the descriptor, no limit on its walk applies")
+			}
+			if len(st.Limits) == 0 && !st.Unlimited {
+				fmt.Fprintln(w, "      no limit here")
+			}
+			for _, l := range st.Limits {
+				writeLimit(w, l)
+				count(l)
+			}
+		}
+		if s := d.Stopped; s != nil {
+			fmt.Fprintf(w, "  entry %d, %s=%s: %s; the walk stops\n", s.Entry+1, s.Key, s.Value, s.Reason)
+		}
+		if o := d.LimitSentByEnvoy; o != nil {
+			fmt.Fprintln(w, "  limit sent by Envoy with the descriptor")
+			writeLimit(w, *o)
+			count(*o)
+		}
+		switch {
+		case d.Unlimited:
+			fmt.Fprintln(w, "  => unlimited: every call passes")
+		case checked == 0 && shadow > 0:
+			fmt.Fprintln(w, "  => only shadow limits: every call passes, and is counted against them")
+		case checked == 0:
+			fmt.Fprintln(w, "  => no limit applies: every call passes")
+		case checked == 1:
+			fmt.Fprintln(w, "  => 1 bucket checked: a call passes if it has room")
+		default:
+			fmt.Fprintf(w, "  => %d buckets checked: a call passes only if every one has room, and only then are all charged\n", checked)
+		}
+	}
+}
+
+// writeLimit prints one limit of a level.
+func writeLimit(w io.Writer, l rls.LimitExplanation) {
+	shadow := ""
+	if l.ShadowMode {
+		shadow = ", shadow mode: never rejects"
+	}
+	fmt.Fprintf(w, "      %s: %s (%s%s)\n", l.Label, limitParams(l.LimitDescription), l.Reported, shadow)
+	switch {
+	case l.Skipped == "replaces":
+		fmt.Fprintf(w, "        skipped: replaced by %s (replaces)\n", l.ReplacedBy)
+	case l.Skipped != "":
+		fmt.Fprintf(w, "        skipped: %s\n", l.Skipped)
+	case l.Bucket != nil:
+		fmt.Fprintf(w, "        bucket %s\n", l.Bucket.Key)
+	}
+}
+
+// limitParams writes a limit's algorithm and parameters.
+func limitParams(l descriptors.LimitDescription) string {
+	switch l.Algorithm {
+	case "sliding_window":
+		return fmt.Sprintf("sliding_window limit=%d window=%s resolution=%s", deref(l.Limit), l.Window, l.Resolution)
+	case "fixed_window":
+		return fmt.Sprintf("fixed_window limit=%d window=%s", deref(l.Limit), l.Window)
+	}
+	return fmt.Sprintf("leaky_bucket size=%d drip_rate=%s drip_size=%d", deref(l.Size), l.DripRate, l.DripSize)
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

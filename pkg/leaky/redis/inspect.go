@@ -1,0 +1,181 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// State returns the stored state of each bucket, changing nothing:
+// states[i] is buckets[i]'s (by its key, and its limit's algorithm, which
+// says how it is stored), empty when Redis holds none. It returns the time
+// the states are for: the Redis server's (TIME, read with the buckets),
+// or now with CallerClock, as Apply would decide at.
+func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+	if s.closed.Load() {
+		return now, errClosed
+	}
+	if len(states) < len(buckets) {
+		return now, fmt.Errorf("redis store: %d states for %d buckets", len(states), len(buckets))
+	}
+	at := int64(-1)
+	if s.callerClock {
+		at = now.UnixMicro()
+	}
+	keys := make([]string, len(buckets))
+	for i, b := range buckets {
+		keys[i] = redisKey(s.keyPrefix, b.Key)
+	}
+	at, err := s.read(ctx, s.client.Load(), at, keys, buckets, states)
+	if err != nil {
+		return now, err
+	}
+	return time.UnixMicro(at), nil
+}
+
+// read reads the buckets at keys into states, and the server's time unless
+// at (Unix microseconds) is given; it returns the time.
+func (s *Store) read(ctx context.Context, c *clients, at int64, keys []string, buckets []leaky.Bucket, states []leaky.State) (int64, error) {
+	// One pipeline, whatever the slots: a Cluster client sends each read
+	// to its node. Reads need no atomicity across slots. Each command's
+	// error is looked at below: Pipelined's own is the first of them,
+	// which may be a GET's "no such key".
+	var t *goredis.TimeCmd
+	cmds := make([]goredis.Cmder, len(keys))
+	c.conn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if at < 0 {
+			t = p.Time(ctx)
+		}
+		for i, k := range keys {
+			cmds[i] = s.exec.read(ctx, p, k)
+		}
+		return nil
+	})
+	if t != nil {
+		if err := t.Err(); err != nil {
+			return at, fmt.Errorf("redis store: reading the time: %w", err)
+		}
+		at = t.Val().UnixMicro()
+	}
+	for i, b := range buckets {
+		if err := cmds[i].Err(); err != nil && !errors.Is(err, goredis.Nil) {
+			return at, fmt.Errorf("redis store: reading buckets: %w", err)
+		}
+		states[i] = s.exec.state(cmds[i], b.Limit.Algorithm)
+	}
+	return at, nil
+}
+
+// Reset deletes the buckets with these keys, so the next request finds
+// them empty, then tells every store watching this Redis and prefix
+// (WatchResets), so that replicas drop them from their over-limit caches.
+// On a Cluster, the keys of each slot go in one DEL.
+func (s *Store) Reset(ctx context.Context, keys []string) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	bySlot := map[uint16][]string{}
+	var order []uint16
+	for _, k := range keys {
+		rk := redisKey(s.keyPrefix, k)
+		sl := uint16(0)
+		if s.cluster {
+			sl = slot(rk)
+		}
+		if _, ok := bySlot[sl]; !ok {
+			order = append(order, sl)
+		}
+		bySlot[sl] = append(bySlot[sl], rk)
+	}
+	c := s.client.Load().conn
+	_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, sl := range order {
+			p.Del(ctx, bySlot[sl]...)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis store: deleting buckets: %w", err)
+	}
+	msg, err := json.Marshal(keys)
+	if err != nil {
+		return fmt.Errorf("redis store: %w", err)
+	}
+	// After the DEL, so that a replica told of the reset finds the
+	// buckets gone.
+	if err := c.Publish(ctx, s.resetChannel, msg).Err(); err != nil {
+		return fmt.Errorf("redis store: the buckets are reset, but telling the other replicas failed: %w", err)
+	}
+	return nil
+}
+
+// resubscribeCheck is how often WatchResets looks whether the store's
+// client was replaced (after an outage), and pings its subscription.
+const resubscribeCheck = 5 * time.Second
+
+// WatchResets calls forget with the bucket keys of every reset made
+// through a store on this Redis and prefix (this one's own included),
+// until ctx ends. A message published while this replica is not
+// subscribed (Redis unreachable, a connection being replaced) is lost, so
+// on every subscription after the first forget is called with nil: forget
+// every key, as a missed reset may have named any.
+func (s *Store) WatchResets(ctx context.Context, forget func(keys []string)) {
+	first := true
+	for ctx.Err() == nil {
+		c := s.client.Load()
+		ps := c.conn.Subscribe(ctx, s.resetChannel)
+		s.readResets(ctx, c, ps, forget, &first)
+		ps.Close()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// readResets passes on the messages of one subscription until ctx ends
+// or the store's client is replaced.
+func (s *Store) readResets(ctx context.Context, c *clients, ps *goredis.PubSub, forget func([]string), first *bool) {
+	ch := ps.ChannelWithSubscriptions(goredis.WithChannelHealthCheckInterval(resubscribeCheck))
+	tick := time.NewTicker(resubscribeCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if s.client.Load() != c {
+				return // replaced: subscribe on the new client
+			}
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *goredis.Subscription:
+				if m.Kind == "subscribe" {
+					if !*first {
+						forget(nil)
+					}
+					*first = false
+				}
+			case *goredis.Message:
+				var keys []string
+				if err := json.Unmarshal([]byte(m.Payload), &keys); err != nil {
+					s.log.Warn("redis store: a reset message that is not a list of keys: forgetting every key", "channel", m.Channel, "err", err)
+					keys = nil
+				}
+				forget(keys)
+			}
+		}
+	}
+}

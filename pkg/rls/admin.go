@@ -1,0 +1,78 @@
+package rls
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// serveExplain answers POST /explain: the request as for POST /json, its
+// explanation as JSON (Explanation), charging nothing.
+func (s *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
+	req, ok := readRequest(w, r)
+	if !ok {
+		return
+	}
+	e, err := s.Explain(r.Context(), req)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, e)
+}
+
+// serveBuckets answers GET /buckets (the state of the buckets the
+// descriptors reach, Buckets) and DELETE /buckets (resets them, Reset),
+// for ?domain=D&descriptor=k=v,k=v[&descriptor=...].
+func (s *Service) serveBuckets(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	domain, written := q.Get("domain"), q["descriptor"]
+	if len(written) == 0 {
+		writeJSONError(w, http.StatusBadRequest, "no descriptor: want ?domain=D&descriptor=key=value[,key=value...]")
+		return
+	}
+	descs := make([][]descriptors.Entry, 0, len(written))
+	for _, d := range written {
+		es, err := ParseDescriptor(d)
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		descs = append(descs, es)
+	}
+	var (
+		answer any
+		err    error
+	)
+	if r.Method == http.MethodDelete {
+		answer, err = s.ResetBuckets(r.Context(), domain, descs)
+	} else {
+		answer, err = s.Buckets(r.Context(), domain, descs)
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, answer)
+}
+
+// writeError answers an error of the service with its HTTP status and
+// the message a gRPC caller would get.
+func (s *Service) writeError(w http.ResponseWriter, err error) {
+	st := status.Convert(grpcStatus(err))
+	writeJSONError(w, httpStatus(st.Code()), st.Message())
+}
+
+// writeJSON answers v as indented JSON.
+func (s *Service) writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
+		s.log.Debug("writing an admin answer", "err", err)
+	}
+}
