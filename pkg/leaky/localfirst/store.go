@@ -40,6 +40,9 @@ import (
 type Remote interface {
 	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
 	LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error)
+	State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error)
+	Reset(ctx context.Context, keys []string) error
+	WatchResets(ctx context.Context, forget func(keys []string))
 	Check(ctx context.Context) error
 	Close() error
 }

@@ -71,6 +71,26 @@ func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease
 	return now.UnixMicro(), nil
 }
 
+func (r *remote) State(_ context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, b := range buckets {
+		states[i] = r.states[b.Key]
+	}
+	return now, nil
+}
+
+func (r *remote) Reset(_ context.Context, keys []string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		delete(r.states, k)
+	}
+	return nil
+}
+
+func (r *remote) WatchResets(ctx context.Context, _ func([]string)) { <-ctx.Done() }
+
 func (r *remote) Check(context.Context) error { return nil }
 func (r *remote) Close() error                { return nil }
 
@@ -363,5 +383,35 @@ func TestConcurrentNeverAdmitsPastTheLimit(t *testing.T) {
 		if got := admitted[i].Load(); got > limits[k].Size {
 			t.Errorf("bucket %s admitted %d, over its limit %d", k, got, limits[k].Size)
 		}
+	}
+}
+
+// TestResetAdmitsAgain fills a bucket, resets it, and is admitted again at
+// once: the replica forgot that the bucket was full and the units it held.
+func TestResetAdmitsAgain(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	one := leaky.Limit{Size: 2, DripRate: time.Hour, DripSize: 1}
+	now := time.Now()
+	b := leaky.Bucket{Key: "a", Limit: one, Hits: 1}
+	apply(t, s, now, b)
+	apply(t, s, now, b)
+	if _, ok := apply(t, s, now, b); ok {
+		t.Fatal("admitted past the limit")
+	}
+	states := make([]leaky.State, 1)
+	if _, err := s.State(context.Background(), now, []leaky.Bucket{b}, states); err != nil || states[0].Counter != 2 {
+		t.Fatalf("state %+v, %v; want the 2 charged", states[0], err)
+	}
+	if err := s.Reset(context.Background(), []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, ok := apply(t, s, now, b); !ok {
+			t.Fatalf("request %d after the reset rejected", i+1)
+		}
+	}
+	if _, ok := apply(t, s, now, b); ok {
+		t.Fatal("admitted past the limit after the reset")
 	}
 }

@@ -1,0 +1,60 @@
+package localfirst
+
+import (
+	"context"
+	"hash/maphash"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
+
+// State returns the buckets as Redis holds them: the units leased to
+// replicas, used or not, count as charged there. It changes nothing.
+func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+	return s.remote.State(ctx, now, buckets, states)
+}
+
+// Reset empties the buckets with these keys on Redis and forgets what this
+// replica holds of them; the other replicas hear of it through
+// WatchResets.
+func (s *Store) Reset(ctx context.Context, keys []string) error {
+	err := s.remote.Reset(ctx, keys)
+	s.forget(keys)
+	return err
+}
+
+// WatchResets has this replica forget what it holds of the buckets any
+// replica resets, and calls forget with their keys, until ctx ends.
+func (s *Store) WatchResets(ctx context.Context, forget func(keys []string)) {
+	s.remote.WatchResets(ctx, func(keys []string) {
+		s.forget(keys)
+		forget(keys)
+	})
+}
+
+// forget drops the units held of the buckets keys, and their dry marks, so
+// that their next requests ask Redis anew; nil (resets may have been
+// missed) clears every dry mark but keeps the units, which Redis charged.
+func (s *Store) forget(keys []string) {
+	if keys == nil {
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			for _, e := range sh.m {
+				e.dry = false
+			}
+			sh.mu.Unlock()
+		}
+		return
+	}
+	for _, k := range keys {
+		sh := &s.shards[maphash.String(s.seed, k)%shards]
+		sh.mu.Lock()
+		if e := sh.m[k]; e != nil {
+			// The units were charged to a bucket that is gone: using them
+			// would admit past the limit of the new one.
+			e.lease, e.stale, e.dry, e.global = 0, 0, false, leaky.State{}
+		}
+		sh.mu.Unlock()
+	}
+}
