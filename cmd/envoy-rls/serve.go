@@ -40,6 +40,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	}
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
+	m.BuildInfo(version())
 	ref, err := newReferenceStats(s, log)
 	if err != nil {
 		log.Error("cannot count envoyproxy/ratelimit's stats", "err", err)

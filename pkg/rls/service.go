@@ -120,6 +120,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store        Store
+	storeName    string // for metrics and traces
 	config       atomic.Pointer[generation]
 	caps         caps
 	cacheSize    int
@@ -157,7 +158,7 @@ func New(opts Options) (*Service, error) {
 		return nil, errors.New("rls: the request caps cannot be negative")
 	}
 	s := &Service{
-		store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
+		store: opts.Store, storeName: storeName(opts.Store), clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
 		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, margin: opts.DeadlineMargin, shadow: opts.Shadow,
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
 		caps: newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
