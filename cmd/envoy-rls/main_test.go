@@ -135,6 +135,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{nil, map[string]string{"RLS_REDIS_PIPELINE_WINDOW": "-1ms"}, exitUsage, `-redis-pipeline-window: must not be negative, got -1ms`},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-sentinel-master", "m"}, nil, exitError,
 			"the sentinels' addresses are required"},
+		{[]string{"-config", "../../config", "-otlp-endpoint", "collector"}, nil, exitError,
+			`-otlp-endpoint: \"collector\" is neither host:port (OTLP over gRPC) nor an http:// or https:// URL (OTLP over HTTP)`},
 	}
 	for _, c := range cases {
 		a, _, stderr := testApp(c.env)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
@@ -31,9 +32,17 @@ func (s *Service) call(ctx context.Context, now time.Time, op string, buckets []
 		ctx, cancel = context.WithTimeout(ctx, budget)
 		defer cancel()
 	}
+	var span trace.Span
+	if s.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		// Under a call that is traced (sampled): a span for the store call.
+		ctx, span = s.startStoreSpan(ctx, op, len(buckets))
+	}
 	start := time.Now()
 	err := s.store.Apply(ctx, now, buckets, results)
 	s.observer.Store(s.storeName, op, time.Since(start), err)
+	if span != nil {
+		endStoreSpan(span, err)
+	}
 	return err
 }
 
