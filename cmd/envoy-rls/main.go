@@ -5,7 +5,7 @@
 //	envoy-rls check-config PATH     validate a config file or directory
 //	envoy-rls explain DOMAIN k=v... walk descriptors through the config
 //	envoy-rls healthcheck           probe the local server's gRPC health
-//	envoy-rls version               print the version
+//	envoy-rls version               print the version (also -version, --version)
 package main
 
 import (
@@ -52,6 +52,16 @@ func (a *app) run(ctx context.Context, args []string) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "serve" && len(args) > 0 {
+		// What users of any command line try first: the commands, not only
+		// serve's flags, and the version the way most tools print it.
+		switch args[0] {
+		case "-h", "-help", "--help":
+			cmd = "help"
+		case "-version", "--version":
+			cmd = "version"
+		}
+	}
 	switch cmd {
 	case "serve":
 		return a.serve(ctx, args)
@@ -81,7 +91,7 @@ func (a *app) usage(w io.Writer) {
   envoy-rls explain [-config PATH] DOMAIN key=value[,key=value...]...
                                   show each descriptor's walk through the config: levels, limits, bucket keys
   envoy-rls healthcheck [flags]   ask the local server's gRPC health: exit 0 if SERVING, 1 if not
-  envoy-rls version               print the version
+  envoy-rls version               print the version (also -version, --version)
 
 Flags of serve (each also read from RLS_<NAME>, e.g. RLS_GRPC_ADDR; a flag beats its variable):
 `)

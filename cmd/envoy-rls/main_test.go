@@ -135,6 +135,8 @@ func TestCommandLineErrors(t *testing.T) {
 		{nil, map[string]string{"RLS_REDIS_PIPELINE_WINDOW": "-1ms"}, exitUsage, `-redis-pipeline-window: must not be negative, got -1ms`},
 		{[]string{"-store", "redis", "-config", "../../config", "-redis-sentinel-master", "m"}, nil, exitError,
 			"the sentinels' addresses are required"},
+		{[]string{"-config", "../../config", "-otlp-endpoint", "collector"}, nil, exitError,
+			`-otlp-endpoint: \"collector\" is neither host:port (OTLP over gRPC) nor an http:// or https:// URL (OTLP over HTTP)`},
 	}
 	for _, c := range cases {
 		a, _, stderr := testApp(c.env)
@@ -166,6 +168,50 @@ func TestHelp(t *testing.T) {
 	for _, want := range []string{"check-config PATH", "-grpc-addr", "-redis-url", "RLS_<NAME>"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// TestHelpFlag: -h, -help and --help list the commands, one line each,
+// then serve's flags, on stdout.
+func TestHelpFlag(t *testing.T) {
+	for _, flag := range []string{"-h", "-help", "--help"} {
+		a, stdout, stderr := testApp(nil)
+		if code := a.run(context.Background(), []string{flag}); code != exitOK {
+			t.Fatalf("%s: exit %d, stderr:\n%s", flag, code, stderr)
+		}
+		out := stdout.String()
+		commands := []string{"envoy-rls [serve] [flags]", "envoy-rls check-config", "envoy-rls healthcheck", "envoy-rls version"}
+		last := -1
+		for _, c := range commands {
+			i := strings.Index(out, "\n  "+c)
+			if i < 0 || i < last {
+				t.Fatalf("%s: %q missing or out of order in:\n%s", flag, c, out)
+			}
+			if line, _, _ := strings.Cut(out[i+1:], "\n"); len(strings.Fields(line)) < 4 {
+				t.Errorf("%s: %q has no description on its line", flag, line)
+			}
+			last = i
+		}
+		if f := strings.Index(out, "-grpc-addr"); f < last {
+			t.Errorf("%s: the flags do not follow the commands:\n%s", flag, out)
+		}
+	}
+}
+
+// TestVersionFlags: -version and --version print what the version command
+// prints.
+func TestVersionFlags(t *testing.T) {
+	defer func(v, c string) { buildVersion, buildCommit = v, c }(buildVersion, buildCommit)
+	buildVersion, buildCommit = "v9.8.7", "fedcba9876543210"
+	a, want, _ := testApp(nil)
+	if code := a.run(context.Background(), []string{"version"}); code != exitOK || want.String() != "envoy-rls v9.8.7 fedcba987654\n" {
+		t.Fatalf("version: exit %d, %q", code, want)
+	}
+	for _, flag := range []string{"-version", "--version"} {
+		a, stdout, stderr := testApp(nil)
+		if code := a.run(context.Background(), []string{flag}); code != exitOK || stdout.String() != want.String() || stderr.Len() != 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 0 and %q", flag, code, stdout, stderr, want)
 		}
 	}
 }

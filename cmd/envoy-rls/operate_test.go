@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,8 +313,11 @@ func TestMetricsJSONAndConfigEndpoints(t *testing.T) {
 		`envoy_rls_limit_decisions_total{decision="over_limit",domain="api",limit="trades_per_user"}`: 1,
 		`envoy_rls_limit_decisions_total{decision="near_limit",domain="api",limit="trades_per_user"}`: 1,
 		`envoy_rls_limit_decisions_total{decision="admitted",domain="api",limit="user"}`:              6,
-		`envoy_rls_store_duration_seconds_count`:                                                      6,
-		`envoy_rls_memory_buckets`:                                                                    2,
+		`envoy_rls_store_duration_seconds_count{operation="apply",store="memory"}`:                    6,
+		`envoy_rls_call_duration_seconds_count{code="OK"}`:                                            6,
+		`envoy_rls_call_duration_seconds_count{code="OVER_LIMIT"}`:                                    1,
+		`envoy_rls_memory_buckets`: 2,
+		fmt.Sprintf(`envoy_rls_build_info{goversion=%q,version=%q}`, runtime.Version(), version()): 1,
 	} {
 		if got := s.metric(t, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)

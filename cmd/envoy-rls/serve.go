@@ -40,6 +40,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	}
 	gc := tuneGC(a.lookupEnv, s.storeHeapBound())
 	m := metrics.New(s.nearLimitRatio)
+	m.BuildInfo(version())
 	ref, err := newReferenceStats(s, log)
 	if err != nil {
 		log.Error("cannot count envoyproxy/ratelimit's stats", "err", err)
@@ -67,6 +68,12 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	opts := serviceOptions(s, st, cfg, m, log)
 	opts.Observer = ref.serviceObserver(m)
+	var stopTracing func()
+	if opts.Tracing, stopTracing, err = startTracing(ctx, s, log); err != nil {
+		log.Error("cannot trace", "err", err)
+		return exitError
+	}
+	defer stopTracing()
 	svc, err := rls.New(opts)
 	if err != nil {
 		log.Error("cannot start the service", "err", err)

@@ -4,6 +4,8 @@
 //
 //	rls-bench load [flags]          send requests and report
 //	rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once: the gRPC ceiling
+//	rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC, count their spans, keep none
+//	rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency
 //	rls-bench help                  print usage
 package main
 
@@ -47,6 +49,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return runLoad(ctx, args, stdout, stderr)
 	case "null":
 		return runNull(ctx, args, stdout, stderr)
+	case "otlp":
+		return runOTLP(ctx, args, stdout, stderr)
+	case "plot":
+		return runPlot(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -61,6 +67,8 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   rls-bench load [flags]          drive an RLS v3 server and report req/s, latency and codes
   rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once (the gRPC-only ceiling)
+  rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC and count their spans (to measure tracing)
+  rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency, from load runs (scripts/plot-concurrency.sh)
   rls-bench help                  print this text
 
 Flags of load:

@@ -13,7 +13,10 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	collectortracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 )
 
@@ -256,5 +259,42 @@ func TestCommandLine(t *testing.T) {
 		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.out) {
 			t.Errorf("run(%q) = %d, output %q; want %d and %q", tc.args, code, stdout.String()+stderr.String(), tc.code, tc.out)
 		}
+	}
+}
+
+// TestOTLPSink: the otlp command takes spans over OTLP/gRPC and prints
+// their number when it stops.
+func TestOTLPSink(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- runContext(ctx, []string{"otlp", "-listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	out := bufio.NewReader(pr)
+	line, _ := out.ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if !ok {
+		t.Fatalf("otlp printed %q, want \"listening on ADDR\"", line)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := &collectortracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{ScopeSpans: []*tracepb.ScopeSpans{
+		{Spans: []*tracepb.Span{{Name: "a"}, {Name: "b"}}}, {Spans: []*tracepb.Span{{Name: "c"}}}}}}}
+	for range 2 {
+		if _, err := collectortracepb.NewTraceServiceClient(conn).Export(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if line, _ := out.ReadString('\n'); line != "received 6 spans\n" {
+		t.Errorf("otlp printed %q at the end, want 6 spans", line)
+	}
+	if code := <-exited; code != exitOK {
+		t.Errorf("otlp exited %d", code)
 	}
 }

@@ -2,27 +2,28 @@ package metrics
 
 import (
 	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// counterCache holds the counters of a CounterVec by their label values,
-// so that counting on every call skips prometheus's hashing of the label
-// values and its lock, which callers on all cores share.
-type counterCache[K comparable] struct {
-	vec *prometheus.CounterVec
-	m   sync.Map // K -> prometheus.Counter
+// seriesCache holds the series (counters, histograms) of a metric vector
+// by their label values, so that counting on every call skips prometheus's
+// hashing of the label values and its lock, which callers on all cores
+// share: a load from a sync.Map that is only ever added to is lock-free.
+type seriesCache[K comparable, S any] struct {
+	with func(labels ...string) S // the vector's WithLabelValues
+	m    sync.Map                 // K -> S
 }
 
-// get returns the counter of key, whose label values labels gives.
-func (c *counterCache[K]) get(key K, labels func() []string) prometheus.Counter {
+// get returns the series of key, whose label values labels gives.
+func (c *seriesCache[K, S]) get(key K, labels func() []string) S {
 	if v, ok := c.m.Load(key); ok {
-		return v.(prometheus.Counter)
+		return v.(S)
 	}
-	v, _ := c.m.LoadOrStore(key, c.vec.WithLabelValues(labels()...))
-	return v.(prometheus.Counter)
+	v, _ := c.m.LoadOrStore(key, c.with(labels()...))
+	return v.(S)
 }
 
 type callKey struct{ domain, code string }
 
 type decisionKey struct{ domain, limit, decision string }
+
+type storeKey struct{ store, op string }

@@ -1,6 +1,6 @@
-// Package metrics exports the service's Prometheus metrics: calls,
-// decisions per limit, the store's latency and errors, the local caches,
-// config reloads and the memory store's size.
+// Package metrics exports the service's Prometheus metrics: calls and
+// their latency, decisions per limit, the store's latency and errors, the
+// local caches, config reloads, the memory store's size and the build.
 //
 // Limits are labelled by their name or their path in the config, never by
 // the values of a request (unless the config asks for them with
@@ -10,6 +10,7 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,9 +35,10 @@ type Metrics struct {
 	registry  *prometheus.Registry
 	nearRatio float64
 
-	calls          counterCache[callKey]
-	decisions      counterCache[decisionKey]
-	storeDuration  prometheus.Histogram
+	calls          seriesCache[callKey, prometheus.Counter]
+	callDuration   *latencyVec[string]
+	decisions      seriesCache[decisionKey, prometheus.Counter]
+	storeDuration  *latencyVec[storeKey]
 	storeErrors    prometheus.Counter
 	cacheHits      prometheus.Counter
 	failureAnswers *prometheus.CounterVec
@@ -53,22 +55,24 @@ func New(nearLimitRatio float64) *Metrics {
 	if nearLimitRatio <= 0 || nearLimitRatio > 1 {
 		nearLimitRatio = DefaultNearLimitRatio
 	}
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_rls_calls_total",
+		Help: "ShouldRateLimit calls, by domain (\"(unknown)\" for domains not in the config) and outcome: OK, OVER_LIMIT or a gRPC error code.",
+	}, []string{"domain", "code"})
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_rls_limit_decisions_total",
+		Help: "Decisions per limit (its name, or path in the config): admitted, over_limit, shadow_would_block (a shadow limit that had no room), near_limit (admitted past the near-limit ratio; also counted as admitted).",
+	}, []string{"domain", "limit", "decision"})
 	m := &Metrics{
 		registry:  prometheus.NewRegistry(),
 		nearRatio: nearLimitRatio,
-		calls: counterCache[callKey]{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "envoy_rls_calls_total",
-			Help: "ShouldRateLimit calls, by domain (\"(unknown)\" for domains not in the config) and outcome: OK, OVER_LIMIT or a gRPC error code.",
-		}, []string{"domain", "code"})},
-		decisions: counterCache[decisionKey]{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "envoy_rls_limit_decisions_total",
-			Help: "Decisions per limit (its name, or path in the config): admitted, over_limit, shadow_would_block (a shadow limit that had no room), near_limit (admitted past the near-limit ratio; also counted as admitted).",
-		}, []string{"domain", "limit", "decision"})},
-		storeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "envoy_rls_store_duration_seconds",
-			Help:    "Time the bucket store took to decide a request.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
-		}),
+		calls:     seriesCache[callKey, prometheus.Counter]{with: calls.WithLabelValues},
+		callDuration: newLatencyVec[string]("envoy_rls_call_duration_seconds",
+			"Time to answer a ShouldRateLimit call (gRPC or POST /json), by outcome: OK, OVER_LIMIT or a gRPC error code.", "code"),
+		decisions: seriesCache[decisionKey, prometheus.Counter]{with: decisions.WithLabelValues},
+		storeDuration: newLatencyVec[storeKey]("envoy_rls_store_duration_seconds",
+			"Time a bucket store call took, by store (memory, redis, fallback) and operation (apply: decide a request; peek: read the figures of a rejected request's other descriptors).",
+			"store", "operation"),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "envoy_rls_store_errors_total",
 			Help: "Requests the bucket store failed to decide (Redis down, a timeout).",
@@ -98,13 +102,33 @@ func New(nearLimitRatio float64) *Metrics {
 			Help: "Switches between Redis and the local memory store (failure mode local), by the store switched to.",
 		}, []string{"to"}),
 	}
-	m.registry.MustRegister(m.calls.vec, m.decisions.vec, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
+	m.registry.MustRegister(calls, m.callDuration, decisions, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
 		m.reloads, m.lastReload, m.fallback, m.switches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Exported at 0 before the first event, so that dashboards and alerts
+	// see 0 rather than no data.
 	for _, result := range []string{"success", "failure"} {
-		m.reloads.WithLabelValues(result) // exported at 0 before the first reload
+		m.reloads.WithLabelValues(result)
+	}
+	for _, mode := range []rls.FailureMode{rls.FailAllow, rls.FailDeny} {
+		m.failureAnswers.WithLabelValues(mode.String())
+	}
+	for _, to := range []string{"local", "redis"} {
+		m.switches.WithLabelValues(to)
 	}
 	return m
+}
+
+// BuildInfo exports envoy_rls_build_info{version, goversion} = 1: the
+// version of the binary and of the Go it was built with.
+func (m *Metrics) BuildInfo(version string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "envoy_rls_build_info",
+		Help:        "Always 1; its labels are the version of envoy-rls and of Go that built it.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	m.registry.Register(g) // a second call with the same version has nothing to add
 }
 
 // Handler serves the metrics in the Prometheus text format.
@@ -137,11 +161,12 @@ func (m *Metrics) WatchBuckets(count func() int, bytes func() int64, evictions f
 }
 
 // Call implements rls.Observer.
-func (m *Metrics) Call(domain, outcome string, _ time.Duration) {
+func (m *Metrics) Call(domain, outcome string, took time.Duration) {
 	if domain == "" {
 		domain = unknownDomain
 	}
 	m.calls.get(callKey{domain, outcome}, func() []string { return []string{domain, outcome} }).Inc()
+	m.callDuration.observe(outcome, func() []string { return []string{outcome} }, took)
 }
 
 // Limit implements rls.Observer.
@@ -165,8 +190,8 @@ func (m *Metrics) decision(domain, limit, decision string) {
 }
 
 // Store implements rls.Observer.
-func (m *Metrics) Store(took time.Duration, err error) {
-	m.storeDuration.Observe(took.Seconds())
+func (m *Metrics) Store(store, op string, took time.Duration, err error) {
+	m.storeDuration.observe(storeKey{store, op}, func() []string { return []string{store, op} }, took)
 	if err != nil {
 		m.storeErrors.Inc()
 	}

@@ -1,8 +1,13 @@
 package metrics
 
 import (
+	"errors"
+	"math"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -43,11 +48,126 @@ envoy_rls_calls_total{code="OVER_LIMIT",domain="api"} 2
 	for series, n := range map[string]float64{
 		"admitted": 2, "near_limit": 1, "over_limit": 1, "shadow_would_block": 1,
 	} {
-		if got := testutil.ToFloat64(m.decisions.vec.WithLabelValues("api", "trades", series)); got != n {
+		if got := testutil.ToFloat64(m.decisions.with("api", "trades", series)); got != n {
 			t.Errorf("decision %s: %v, want %v", series, got, n)
 		}
 	}
 	if n, err := testutil.GatherAndCount(m.Registry(), "envoy_rls_memory_buckets", "envoy_rls_memory_bytes", "envoy_rls_memory_evictions_total"); err != nil || n != 3 {
 		t.Errorf("memory store series: %d (%v), want 3", n, err)
 	}
+}
+
+// TestLatencyAndBuildInfo: the call histogram counts by code, the store
+// histogram by store and operation, and build_info carries the versions.
+func TestLatencyAndBuildInfo(t *testing.T) {
+	m := New(0)
+	m.Call("api", "OK", 30*time.Microsecond)
+	m.Call("", "OK", 3*time.Millisecond)
+	m.Call("api", "OVER_LIMIT", 40*time.Microsecond)
+	m.Call("api", "Unavailable", 30*time.Millisecond)
+	m.Store("redis", "apply", 700*time.Microsecond, nil)
+	m.Store("redis", "apply", 2*time.Millisecond, errors.New("down"))
+	m.Store("redis", "peek", 400*time.Microsecond, nil)
+	m.Store("memory", "apply", 2*time.Microsecond, nil)
+	m.BuildInfo("v1.2.3 0123456789ab")
+	m.BuildInfo("v1.2.3 0123456789ab") // twice: no panic, one series
+
+	counts := map[string]uint64{}
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			series := f.GetName() + "{" + strings.Join(labels, ",") + "}"
+			switch {
+			case s.GetHistogram() != nil:
+				counts[series] = s.GetHistogram().GetSampleCount()
+				if series == `envoy_rls_call_duration_seconds{code=OK}` {
+					// 30µs falls in the 50µs bucket, 3ms in the 5ms one.
+					for _, b := range s.GetHistogram().GetBucket() {
+						if b.GetUpperBound() == .00005 && b.GetCumulativeCount() != 1 || b.GetUpperBound() == .005 && b.GetCumulativeCount() != 2 {
+							t.Errorf("OK calls: bucket le=%g holds %d", b.GetUpperBound(), b.GetCumulativeCount())
+						}
+					}
+				}
+			case f.GetName() == "envoy_rls_build_info":
+				counts[series] = uint64(s.GetGauge().GetValue())
+			}
+		}
+	}
+	want := map[string]uint64{
+		"envoy_rls_call_duration_seconds{code=OK}":                                              2,
+		"envoy_rls_call_duration_seconds{code=OVER_LIMIT}":                                      1,
+		"envoy_rls_call_duration_seconds{code=Unavailable}":                                     1,
+		"envoy_rls_store_duration_seconds{operation=apply,store=redis}":                         2,
+		"envoy_rls_store_duration_seconds{operation=peek,store=redis}":                          1,
+		"envoy_rls_store_duration_seconds{operation=apply,store=memory}":                        1,
+		"envoy_rls_build_info{goversion=" + runtime.Version() + ",version=v1.2.3 0123456789ab}": 1,
+	}
+	for series, n := range want {
+		if counts[series] != n {
+			t.Errorf("%s: %d, want %d", series, counts[series], n)
+		}
+	}
+	if len(counts) != len(want) {
+		t.Errorf("series: %v, want exactly %v", counts, want)
+	}
+	if got := testutil.ToFloat64(m.storeErrors); got != 1 {
+		t.Errorf("store errors: %v, want 1", got)
+	}
+}
+
+// BenchmarkObserve is what the metrics add to each call on the memory
+// store: a call and a store call observed, from parallel goroutines.
+func BenchmarkObserve(b *testing.B) {
+	m := New(0)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Store("memory", "apply", 900*time.Nanosecond, nil)
+			m.Call("api", "OK", 2500*time.Nanosecond)
+		}
+	})
+}
+
+// TestLatencyConcurrent: observations from several goroutines, scraped
+// meanwhile, all add up in the end.
+func TestLatencyConcurrent(t *testing.T) {
+	m := New(0)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 1000 {
+				m.Call("api", "OK", time.Millisecond)
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			if _, err := m.Registry().Gather(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "envoy_rls_call_duration_seconds" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 4000 || math.Abs(h.GetSampleSum()-4) > 1e-9 {
+			t.Fatalf("count %d, sum %g: want 4000 and 4 s", h.GetSampleCount(), h.GetSampleSum())
+		}
+		return
+	}
+	t.Fatal("no envoy_rls_call_duration_seconds")
 }

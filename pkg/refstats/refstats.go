@@ -77,7 +77,7 @@ func (o *Observer) Limit(domain string, rule *descriptors.Rule, key string, hits
 }
 
 // Store counts a store call that failed.
-func (o *Observer) Store(_ time.Duration, err error) {
+func (o *Observer) Store(_, _ string, _ time.Duration, err error) {
 	if err != nil {
 		o.sink.Count(storeError, 1)
 	}

@@ -70,7 +70,7 @@ func TestObserverNames(t *testing.T) {
 	h := levels(t, "header=x-user-id")
 	o.Limit("api", h[0].Rule, h[0].Key, 1, &leaky.Result{Admitted: true, Remaining: 0}, false)
 	o.Call("api", "OK", 1500*time.Microsecond)
-	o.Store(0, io.EOF)
+	o.Store("redis", "apply", 0, io.EOF)
 	o.ConfigReload(true)
 	want := []string{
 		"ratelimit.service.rate_limit.api.user.total_hits:3|c",

@@ -17,4 +17,8 @@
 // store fails, DeadlineExceeded or Canceled when the call ends first; never
 // Unknown. Requests for unknown domains, or whose descriptors match no
 // limit, are OK.
+//
+// An Observer is told of every call and store call, for metrics; with
+// Options.Tracing, every call is also an OpenTelemetry span, with a child
+// span per store call.
 package rls

@@ -58,7 +58,7 @@ func HTTPHandler(svc *Service, hs *health.Server, metrics http.Handler, json boo
 		mux.Handle("GET /metrics", metrics)
 	}
 	if json {
-		mux.HandleFunc("POST /json", svc.serveJSON)
+		mux.Handle("POST /json", svc.httpTracing(http.HandlerFunc(svc.serveJSON), "POST /json"))
 	} else {
 		mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) {
 			writeJSONError(w, http.StatusNotFound, "POST /json is off: the gRPC port requires client certificates, which HTTP does not check (-http-json=true turns it on)")

@@ -20,8 +20,10 @@ type Observer interface {
 	// key, the hits the descriptor asked for and the bucket's result.
 	// shadow says the level could not reject.
 	Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *leaky.Result, shadow bool)
-	// Store is one call of the store: how long it took, and its error.
-	Store(took time.Duration, err error)
+	// Store is one call of the store: which store (its name: "memory",
+	// "redis", "fallback"), what for (StoreApply, StorePeek), how long it
+	// took, and its error.
+	Store(store, op string, took time.Duration, err error)
 	// CacheHit is a call rejected from the local over-limit cache, without
 	// asking the store.
 	CacheHit()
@@ -30,11 +32,29 @@ type Observer interface {
 	FailureAnswer(mode FailureMode)
 }
 
+// The operations of store calls, as Observer.Store and traces name them.
+const (
+	// StoreApply decides and charges a request's buckets.
+	StoreApply = "apply"
+	// StorePeek reads, without charging, the figures of the descriptors of
+	// a request the over-limit cache rejected.
+	StorePeek = "peek"
+)
+
+// storeName is the name a store gives itself with a Name method (memory,
+// redis, fallback), or "store".
+func storeName(st Store) string {
+	if n, ok := st.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return "store"
+}
+
 type noObserver struct{}
 
 func (noObserver) Call(string, string, time.Duration)                                  {}
 func (noObserver) Limit(string, *descriptors.Rule, string, int64, *leaky.Result, bool) {}
-func (noObserver) Store(time.Duration, error)                                          {}
+func (noObserver) Store(string, string, time.Duration, error)                          {}
 func (noObserver) CacheHit()                                                           {}
 func (noObserver) FailureAnswer(FailureMode)                                           {}
 
@@ -55,9 +75,9 @@ func (os observers) Limit(domain string, rule *descriptors.Rule, key string, hit
 	}
 }
 
-func (os observers) Store(took time.Duration, err error) {
+func (os observers) Store(store, op string, took time.Duration, err error) {
 	for _, o := range os {
-		o.Store(took, err)
+		o.Store(store, op, took, err)
 	}
 }
 

@@ -24,7 +24,7 @@ type recorder struct {
 	mu       sync.Mutex
 	calls    []string
 	limits   []string
-	stores   int
+	stores   []string // "store op"
 	cached   int
 	failures []string
 }
@@ -41,8 +41,12 @@ func (r *recorder) Limit(domain string, rule *descriptors.Rule, key string, _ in
 	r.limits = append(r.limits, fmt.Sprintf("%s %s admitted=%v shadow=%v", domain, rule.MetricLabel(key), res.Admitted, shadow))
 }
 
-func (r *recorder) Store(time.Duration, error) { r.mu.Lock(); r.stores++; r.mu.Unlock() }
-func (r *recorder) CacheHit()                  { r.mu.Lock(); r.cached++; r.mu.Unlock() }
+func (r *recorder) Store(store, op string, _ time.Duration, _ error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stores = append(r.stores, store+" "+op)
+}
+func (r *recorder) CacheHit() { r.mu.Lock(); r.cached++; r.mu.Unlock() }
 func (r *recorder) FailureAnswer(m FailureMode) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -67,8 +71,36 @@ func TestObserver(t *testing.T) {
 		rec.limits[11] != "api plan admitted=false shadow=true" || rec.limits[0] != "api user admitted=true shadow=false" {
 		t.Errorf("limits: %q", rec.limits)
 	}
-	if rec.stores != 4 {
-		t.Errorf("%d store calls observed, want 4", rec.stores)
+	if got := strings.Join(rec.stores, ","); got != "memory apply,memory apply,memory apply,memory apply" {
+		t.Errorf("store calls observed: %s, want 4 applies on the memory store", got)
+	}
+}
+
+// TestObserverStoreOps: a request the over-limit cache rejects has its
+// other descriptors peeked at, which the observer is told apart from
+// applies; a store without a name is "store".
+func TestObserverStoreOps(t *testing.T) {
+	mem, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	unnamed := storeFunc(mem.Apply)
+	for _, c := range []struct {
+		store Store
+		name  string
+	}{{mem, "memory"}, {unnamed, "store"}} {
+		rec := &recorder{}
+		svc, _ := newService(t, Options{Store: c.store, OverLimitCacheSize: 100, Observer: rec})
+		ctx := context.Background()
+		for range 4 { // the fourth trade is over the limit, and cached
+			svc.ShouldRateLimit(ctx, request("api", desc("user="+c.name, "action=trade")))
+		}
+		svc.ShouldRateLimit(ctx, request("api", desc("user="+c.name, "action=trade"), desc("hot=x")))
+		want := strings.Repeat(c.name+" apply,", 4) + c.name + " peek"
+		if got := strings.Join(rec.stores, ","); got != want || rec.cached != 1 {
+			t.Errorf("store calls observed: %s (%d cache hits), want %s", got, rec.cached, want)
+		}
 	}
 }
 

@@ -19,10 +19,10 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 const HealthName = "ratelimit"
 
 // NewGRPCServer returns a gRPC server with svc, the health service hs and
-// reflection (for grpcurl and the like) registered, and handler panics
-// turned into Internal errors.
+// reflection (for grpcurl and the like) registered, handler panics turned
+// into Internal errors, and a span per ShouldRateLimit call if svc traces.
 func NewGRPCServer(svc *Service, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log))}, opts...)
+	opts = append(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log))}, svc.grpcTracing()...), opts...)
 	g := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(g, svc)
 	healthpb.RegisterHealthServer(g, hs)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -108,6 +109,9 @@ type Options struct {
 	// OverLimitCacheBytes bounds the cache's memory too, counting each
 	// entry's key and overhead; 0 for no bound beyond OverLimitCacheSize.
 	OverLimitCacheBytes int64
+	// Tracing, if set, traces every call and store call; nil (the default)
+	// traces nothing and costs nothing.
+	Tracing *Tracing
 	// MaxDescriptors, MaxEntries (per descriptor) and MaxEntryBytes (per
 	// key or value, and the domain) cap a request: a larger one is
 	// InvalidArgument, before any work. 0 means the Default* cap.
@@ -120,6 +124,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store        Store
+	storeName    string // for metrics and traces
 	config       atomic.Pointer[generation]
 	caps         caps
 	cacheSize    int
@@ -132,6 +137,8 @@ type Service struct {
 	storeTimeout time.Duration
 	margin       time.Duration // 0: deadlineMargin's default
 	shadow       bool
+	tracing      *Tracing     // nil: off
+	tracer       trace.Tracer // nil: off
 	errLog       throttle
 	work         sync.Pool
 }
@@ -157,10 +164,16 @@ func New(opts Options) (*Service, error) {
 		return nil, errors.New("rls: the request caps cannot be negative")
 	}
 	s := &Service{
-		store: opts.Store, clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
+		store: opts.Store, storeName: storeName(opts.Store), clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
 		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, margin: opts.DeadlineMargin, shadow: opts.Shadow,
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
 		caps: newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
+	}
+	if t := opts.Tracing; t != nil {
+		if t.Provider == nil || t.Propagator == nil {
+			return nil, errors.New("rls: tracing needs a tracer provider and a propagator")
+		}
+		s.tracing, s.tracer = t, t.Provider.Tracer(tracerName)
 	}
 	s.work.New = func() any { return new(work) }
 	if opts.Config != nil {
@@ -211,10 +224,18 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	resp, domain, err := s.decide(ctx, req)
 	if err != nil {
 		err = grpcStatus(err)
-		s.observer.Call(domain, status.Code(err).String(), time.Since(start))
+		code := status.Code(err).String()
+		s.observer.Call(domain, code, time.Since(start))
+		if s.tracer != nil {
+			annotateCall(ctx, req, code)
+		}
 		return nil, err
 	}
-	s.observer.Call(domain, codeName(resp.GetOverallCode()), time.Since(start))
+	code := codeName(resp.GetOverallCode())
+	s.observer.Call(domain, code, time.Since(start))
+	if s.tracer != nil {
+		annotateCall(ctx, req, code)
+	}
 	return resp, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
@@ -14,25 +15,34 @@ import (
 // apply asks the store to decide the request's buckets, within its budget
 // (storeBudget).
 func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
-	return s.call(ctx, now, w.buckets, w.results)
+	return s.call(ctx, now, StoreApply, w.buckets, w.results)
 }
 
-// call asks the store, within its budget.
-func (s *Service) call(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+// call asks the store, within its budget; op says what for (StoreApply,
+// StorePeek).
+func (s *Service) call(ctx context.Context, now time.Time, op string, buckets []leaky.Bucket, results []leaky.Result) error {
 	if s.storeTimeout > 0 {
 		budget := storeBudget(ctx, s.storeTimeout, s.margin)
 		if budget <= 0 {
 			// Too late to ask and still answer: as if the store had timed out.
-			s.observer.Store(0, errNoTimeLeft)
+			s.observer.Store(s.storeName, op, 0, errNoTimeLeft)
 			return errNoTimeLeft
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, budget)
 		defer cancel()
 	}
+	var span trace.Span
+	if s.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		// Under a call that is traced (sampled): a span for the store call.
+		ctx, span = s.startStoreSpan(ctx, op, len(buckets))
+	}
 	start := time.Now()
 	err := s.store.Apply(ctx, now, buckets, results)
-	s.observer.Store(time.Since(start), err)
+	s.observer.Store(s.storeName, op, time.Since(start), err)
+	if span != nil {
+		endStoreSpan(span, err)
+	}
 	return err
 }
 
@@ -123,7 +133,7 @@ func (s *Service) peekUnanswered(ctx context.Context, now time.Time, w *work) {
 		buckets[n] = w.buckets[k]
 		buckets[n].Hits = 0
 	}
-	if err := s.call(ctx, now, buckets, results); err != nil {
+	if err := s.call(ctx, now, StorePeek, buckets, results); err != nil {
 		s.log.Debug("rate-limit store failed on a peek for a rejected request's other descriptors", "err", err)
 		return
 	}

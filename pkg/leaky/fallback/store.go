@@ -62,6 +62,9 @@ func New(primary Primary, opts Options) *Store {
 	return &Store{primary: primary, opts: opts}
 }
 
+// Name is the store's name in metrics and traces: "fallback".
+func (s *Store) Name() string { return "fallback" }
+
 // Apply decides on Primary; when Primary fails (not when the call itself
 // has ended), it switches to the local store and decides there.
 func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {

@@ -195,6 +195,9 @@ func New(opts Options) (*Store, error) {
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("memory store is closed")
 
+// Name is the store's name in metrics and traces: "memory".
+func (s *Store) Name() string { return "memory" }
+
 // Apply decides the buckets of one request atomically, with the
 // all-or-nothing rule of leaky.DecideAll, and saves them if the request is
 // admitted. results must be as long as buckets. It fails only when ctx is done

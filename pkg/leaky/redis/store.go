@@ -222,6 +222,9 @@ var DefaultPipeline = Pipeline{Limit: 256}
 // pipelineBatches is how many batches may be out at once.
 const pipelineBatches = 4
 
+// Name is the store's name in metrics and traces: "redis".
+func (s *Store) Name() string { return "redis" }
+
 // Apply decides the buckets of one request with the all-or-nothing rule of
 // leaky.DecideAll and charges them if the request is admitted. An error
 // means Redis did not answer in time (or refused); nothing is charged then,
