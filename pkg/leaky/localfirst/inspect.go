@@ -8,6 +8,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
+// Name is the store's name in metrics and traces: "localfirst".
+func (s *Store) Name() string { return "localfirst" }
+
 // State returns the buckets as Redis holds them: the units leased to
 // replicas, used or not, count as charged there. It changes nothing.
 func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
