@@ -18,6 +18,14 @@
 
 local now = time_now(ARGV[1])
 
+-- grant is what a bucket whose decision with no hits said admitted and
+-- remaining grants of ask: all of it, or the room there is.
+local function grant(admitted, ask, remaining)
+  if admitted ~= 1 or ask <= 0 or remaining <= 0 then return 0 end
+  if ask < remaining then return ask end
+  return remaining
+end
+
 local out, k = {}, 0
 local _ -- the values a call returns that are not needed
 for i = 1, #KEYS do
@@ -36,9 +44,8 @@ for i = 1, #KEYS do
       _, c, t = decide(c, t, p1, p2, p3, -ret, now)
     end
     local admitted, c2, t2, remaining, _, _, ttl = decide(c, t, p1, p2, p3, 0, now)
-    if admitted == 1 and ask > 0 and remaining > 0 then
-      granted = remaining
-      if ask < granted then granted = ask end
+    granted = grant(admitted, ask, remaining)
+    if granted > 0 then
       _, c2, t2, _, _, _, ttl = decide(c, t, p1, p2, p3, granted, now)
     end
     c, t = c2, t2
@@ -64,9 +71,8 @@ for i = 1, #KEYS do
         end
       end
       local admitted, after, cur, remaining, _, _, ttl = decide_sliding(start, cs, p1, p2, p3, 0, now)
-      if admitted == 1 and ask > 0 and remaining > 0 then
-        granted = remaining
-        if ask < granted then granted = ask end
+      granted = grant(admitted, ask, remaining)
+      if granted > 0 then
         _, after, cur, _, _, _, ttl = decide_sliding(start, cs, p1, p2, p3, granted, now)
         start, cs = charge_sliding(start, cs, p2, p3, granted, now)
         store_window(key, v, start, cs, 'PX', ceil(ttl / 1000))
@@ -88,9 +94,8 @@ for i = 1, #KEYS do
         end
       end
       local admitted, after, cur, remaining, _, _, ttl = decide_fixed(c, t, p1, p2, 0, now)
-      if admitted == 1 and ask > 0 and remaining > 0 then
-        granted = remaining
-        if ask < granted then granted = ask end
+      granted = grant(admitted, ask, remaining)
+      if granted > 0 then
         _, after, cur, _, _, _, ttl = decide_fixed(c, t, p1, p2, granted, now)
         store_state(key, after, cur, 'PX', ceil(ttl / 1000))
       end
