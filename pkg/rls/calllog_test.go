@@ -52,7 +52,11 @@ func TestDebugLogLine(t *testing.T) {
 	req := request("api", desc("user=bob", "action=trade"))
 	off := testing.AllocsPerRun(200, func() { svc.ShouldRateLimit(ctx, req) })
 	none := testing.AllocsPerRun(200, func() { quiet.ShouldRateLimit(ctx, req) })
-	if off != none {
-		t.Errorf("a call allocates %v times with debug off, %v with a discarding logger", off, none)
+	slack := 0.0
+	if raceEnabled {
+		slack = 1 // the pooled work of a call is sometimes dropped
+	}
+	if off > none+slack {
+		t.Errorf("a call allocates %v times with debug off, more than the %v with a discarding logger", off, none)
 	}
 }
