@@ -325,6 +325,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 		if rnow-e.leasedAt >= usable {
 			if e.stale > 0 && e.staleAt != e.leasedAt {
 				s.lost.Add(uint64(e.stale)) // only one set aside at a time
+				e.stale = 0
 			}
 			e.stale, e.staleAt = e.stale+e.lease, e.leasedAt
 			e.lease = 0

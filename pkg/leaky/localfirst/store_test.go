@@ -415,3 +415,30 @@ func TestResetAdmitsAgain(t *testing.T) {
 		t.Fatal("admitted past the limit after the reset")
 	}
 }
+
+// TestStaleUnitsGoBackToTheirSubWindow lets a sliding window's units
+// expire twice before a sync gives them back: the units of the first
+// grant cannot go back (one set aside at a time), and must not be taken
+// from the sub-window of the second, which would count fewer hits there
+// than were admitted.
+func TestStaleUnitsGoBackToTheirSubWindow(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
+	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour)
+	b := leaky.Bucket{Key: "w", Limit: l, Hits: 1}
+	for i := range 3 {
+		// Each step, an hour and a minute on: the units of the step before
+		// expire, and one is admitted.
+		if _, ok := apply(t, s, t0.Add(time.Duration(i)*(time.Hour+time.Minute)), b); !ok {
+			t.Fatalf("request at t0+%dh rejected", i)
+		}
+	}
+	s.sync(context.Background(), t0.Add(2*(time.Hour+time.Minute)), false)
+	st := r.states["w"]
+	back := (st.Timestamp - t0.Add(time.Hour).UnixMicro()) / time.Hour.Microseconds()
+	if back < 0 || back >= int64(len(st.Counts)) || st.Counts[back] < 1 {
+		t.Fatalf("Redis counts %v (newest first, newest at %v): the sub-window t0+1h, which admitted 1, counts less",
+			st.Counts, time.UnixMicro(st.Timestamp).Sub(t0))
+	}
+}
