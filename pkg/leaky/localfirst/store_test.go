@@ -442,3 +442,87 @@ func TestStaleUnitsGoBackToTheirSubWindow(t *testing.T) {
 			st.Counts, time.UnixMicro(st.Timestamp).Sub(t0))
 	}
 }
+
+// gatedRemote holds the lease calls made while a gate is set until it is
+// closed.
+type gatedRemote struct {
+	*remote
+	gate  atomic.Pointer[chan struct{}]
+	calls atomic.Int64 // lease calls held
+}
+
+func (r *gatedRemote) LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error) {
+	if g := r.gate.Load(); g != nil {
+		r.calls.Add(1)
+		<-*g
+	}
+	return r.remote.LeaseAll(ctx, now, leases)
+}
+
+// holdSync runs a sync whose lease call is held, and returns once the call
+// is out; release lets it answer and waits for the sync to end.
+func holdSync(r *gatedRemote, s *Store, now time.Time) (release func()) {
+	g := make(chan struct{})
+	r.gate.Store(&g)
+	calls := r.calls.Load()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.sync(context.Background(), now, false)
+	}()
+	for r.calls.Load() == calls {
+		time.Sleep(time.Millisecond)
+	}
+	return func() {
+		r.gate.Store(nil)
+		close(g)
+		<-done
+	}
+}
+
+// TestUnitsGivenBackAreNotUsed gives back, at a sync, the units of a
+// bucket idle long enough, while a request wants them: the request must
+// not be admitted with units Redis has back, which another replica takes
+// at once. The bucket never leaks: it admits 10 in all.
+func TestUnitsGivenBackAreNotUsed(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
+	a := newStore(t, r, time.Hour)
+	b := newStore(t, r.remote, time.Hour)
+	l := leaky.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
+	now := time.Now()
+	admitted := int64(0)
+	if _, ok := apply(t, a, now, leaky.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
+		admitted += 5
+	}
+	for range idleHold {
+		a.sync(context.Background(), now, false)
+	}
+	// Idle for idleHold intervals: this sync gives back the 5 units held.
+	release := holdSync(r, a, now)
+	res := make([]leaky.Result, 1)
+	applied := make(chan error, 1)
+	go func() {
+		applied <- a.Apply(context.Background(), now, []leaky.Bucket{{Key: "k", Limit: l, Hits: 5}}, res)
+	}()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	case <-time.After(50 * time.Millisecond):
+		release() // the request waits for the sync's answer
+		if err := <-applied; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res[0].Admitted {
+		admitted += 5
+	}
+	if _, ok := apply(t, b, now, leaky.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
+		admitted += 5
+	}
+	if admitted > l.Size {
+		t.Fatalf("admitted %d on a bucket of %d that never leaks", admitted, l.Size)
+	}
+}

@@ -56,8 +56,9 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			if all {
 				target = 0
 			}
-			// What goes back stays usable until the answer, which takes
-			// what was used meanwhile from the grant (lease's held).
+			// What goes back with an ask stays usable until the answer,
+			// which takes what was used meanwhile from the grant (lease's
+			// held).
 			l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
 			switch {
 			case e.limit.Algorithm != leaky.LeakyBucket:
@@ -90,10 +91,18 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				}
 				continue
 			}
+			h := max(l.Return, 0)
+			if l.Ask == 0 {
+				// No grant to take what is used meanwhile from: what goes
+				// back leaves the lease now, or it would be used and taken
+				// by another replica too.
+				e.lease -= h
+				h = 0
+			}
 			e.busy = busy
 			leases = append(leases, l)
 			entries = append(entries, e)
-			held = append(held, max(l.Return, 0))
+			held = append(held, h)
 		}
 		sh.mu.Unlock()
 	}
