@@ -380,8 +380,9 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 		sh := &s.shards[maphash.String(s.seed, l.Key)%shards]
 		sh.mu.Lock()
 		e := entryOf(j)
-		if held != nil {
-			// Given back, or, if the call failed, perhaps given back.
+		if held != nil && e.limit == l.Limit {
+			// Given back, or, if the call failed, perhaps given back. (A
+			// new limit's entry never held them: entry dropped them.)
 			e.lease -= held[j]
 		}
 		if l.Err == nil {

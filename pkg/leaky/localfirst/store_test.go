@@ -526,3 +526,45 @@ func TestUnitsGivenBackAreNotUsed(t *testing.T) {
 		t.Fatalf("admitted %d on a bucket of %d that never leaks", admitted, l.Size)
 	}
 }
+
+// TestReloadDuringASync changes a bucket's limit while a sync gives back
+// the units held under the old one and asks for fewer: the new limit's
+// entry held none of them and owes none, so Redis is charged no more than
+// was admitted.
+func TestReloadDuringASync(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
+	s := newStore(t, r, time.Hour)
+	old := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: 1000 * time.Hour}
+	reloaded := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 50, Window: 1000 * time.Hour}
+	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
+	admitted := int64(0)
+	try := func(l leaky.Limit, hits int64) {
+		if _, ok := apply(t, s, now, leaky.Bucket{Key: "k", Limit: l, Hits: hits}); ok {
+			admitted += hits
+		}
+	}
+	try(old, 10)
+	s.sync(context.Background(), now, false) // holds twice the 10 asked
+	try(old, 1)
+	release := holdSync(r, s, now) // gives back 19, asks for 2
+	applied := make(chan error, 1)
+	res := make([]leaky.Result, 1)
+	go func() {
+		applied <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "k", Limit: reloaded, Hits: 1}}, res)
+	}()
+	time.Sleep(20 * time.Millisecond) // the request waits for the sync
+	release()
+	if err := <-applied; err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Admitted {
+		admitted++
+	}
+	for range 3 {
+		try(reloaded, 1)
+	}
+	s.sync(context.Background(), now, true) // gives everything back, as Close
+	if got := r.states["k"].Counter; got != admitted {
+		t.Fatalf("Redis charged %d once everything was given back, want the %d admitted", got, admitted)
+	}
+}
