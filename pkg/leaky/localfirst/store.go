@@ -216,7 +216,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 			switch {
 			case e.busy != nil:
 				wait = e.busy
-			case e.dry || round > 0:
+			case e.dry:
 				refused = true
 			default:
 				short = append(short, i)

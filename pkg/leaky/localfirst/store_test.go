@@ -568,3 +568,70 @@ func TestReloadDuringASync(t *testing.T) {
 		t.Fatalf("Redis charged %d once everything was given back, want the %d admitted", got, admitted)
 	}
 }
+
+// TestRedisDownIsAnErrorForEveryWaiter sends two requests for a bucket
+// without units while Redis is down: the second waits for the first's call
+// for more, which fails. Both needed Redis, so both must fail, for the
+// failure mode to decide, rather than one be rejected as over its limit.
+func TestRedisDownIsAnErrorForEveryWaiter(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
+	s := newStore(t, r, time.Hour)
+	r.down.Store(true)
+	g := make(chan struct{})
+	r.gate.Store(&g)
+	now := time.Now()
+	b := []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}
+	errs := make(chan error, 2)
+	go func() { errs <- s.Apply(context.Background(), now, b, make([]leaky.Result, 1)) }()
+	for r.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	res := make([]leaky.Result, 1)
+	go func() { errs <- s.Apply(context.Background(), now, b, res) }()
+	time.Sleep(20 * time.Millisecond) // the second waits for the first's call
+	r.gate.Store(nil)
+	close(g)
+	for range 2 {
+		if err := <-errs; err == nil {
+			t.Fatalf("a request that needed Redis while it was down got no error (admitted %v)", res[0].Admitted)
+		}
+	}
+}
+
+// TestBurstOnANewBucket sends 20 requests at once for a new bucket of 100:
+// all but the first wait for its call for more, which brings too few for
+// them. Redis has room, and they ask for it: all are admitted, as exactly.
+func TestBurstOnANewBucket(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
+	s := newStore(t, r, time.Hour)
+	g := make(chan struct{})
+	r.gate.Store(&g)
+	l := leaky.Limit{Size: 100, DripRate: 1000 * time.Hour, DripSize: 1}
+	now := time.Now()
+	b := []leaky.Bucket{{Key: "a", Limit: l, Hits: 1}}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	apply := func() {
+		res := make([]leaky.Result, 1)
+		if err := s.Apply(context.Background(), now, b, res); err != nil {
+			t.Error(err)
+		}
+		if res[0].Admitted {
+			admitted.Add(1)
+		}
+	}
+	wg.Go(apply)
+	for r.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for range 19 {
+		wg.Go(apply)
+	}
+	time.Sleep(20 * time.Millisecond) // they wait for the first's call
+	r.gate.Store(nil)
+	close(g)
+	wg.Wait()
+	if n := admitted.Load(); n != 20 {
+		t.Fatalf("admitted %d of 20 requests on a new bucket of 100", n)
+	}
+}
