@@ -163,9 +163,9 @@ const maxRounds = 3
 // Apply decides the buckets of one request with the all-or-nothing rule,
 // against this replica's leases; a bucket without enough asks Redis for
 // more (once per bucket until the next sync if Redis has less than
-// asked). A request with a bucket the local table has no room for is
-// decided on Redis, exactly. An error means Redis was needed and did not
-// answer; nothing is charged then.
+// asked). A request with a bucket the local table has no room for, or
+// that gives hits back, is decided on Redis, exactly. An error means Redis
+// was needed and did not answer; nothing is charged then.
 func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
 	select {
 	case <-s.stop:
@@ -177,6 +177,14 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	}
 	if len(buckets) == 0 {
 		return nil
+	}
+	for _, b := range buckets {
+		if b.Hits < 0 {
+			// A refund makes room for the hits Redis still counts, which
+			// only Redis knows: they may have leaked, left the window, or
+			// never been charged.
+			return s.remote.Apply(ctx, now, buckets, results)
+		}
 	}
 	// Requests of a few buckets, nearly all, allocate nothing here.
 	var (
@@ -267,8 +275,6 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 			for i, b := range buckets {
 				e := entries[i]
 				switch {
-				case b.Hits < 0:
-					e.lease -= b.Hits // given back: this replica may admit them again
 				case b.Shadow:
 					e.lease -= min(b.Hits, e.lease) // past its lease, a shadow bucket is not charged
 				default:

@@ -635,3 +635,23 @@ func TestBurstOnANewBucket(t *testing.T) {
 		t.Fatalf("admitted %d of 20 requests on a new bucket of 100", n)
 	}
 }
+
+// TestRefundMakesNoMoreRoomThanExactly gives back hits a bucket never
+// counted: as in exact mode, that makes no room, and the bucket admits
+// its size and no more.
+func TestRefundMakesNoMoreRoomThanExactly(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
+	now := time.Now()
+	apply(t, s, now, leaky.Bucket{Key: "a", Limit: l, Hits: -100})
+	admitted := 0
+	for range 200 {
+		if _, ok := apply(t, s, now, leaky.Bucket{Key: "a", Limit: l, Hits: 1}); ok {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d after a refund of 100 on an empty bucket of 10, want 10", admitted)
+	}
+}
