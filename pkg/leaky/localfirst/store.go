@@ -365,11 +365,12 @@ func (s *Store) askMore(buckets []leaky.Bucket, entries []*entry, short []int) (
 }
 
 // lease runs leases on Redis and applies the answer to the entries entry(j)
-// returns, under their shards' locks; it clears their busy marks. held[j]
-// (if held is not nil) is the part of lease j's Return still in its
-// entry's lease, used meanwhile or not: it leaves the lease now, and what
-// was used meanwhile is taken from the grant. It returns the first error
-// of a call.
+// returns, under their shards' locks; it clears their busy marks once
+// their last lease is applied (leases of one entry are next to each
+// other). held[j] (if held is not nil) is the part of lease j's Return
+// still in its entry's lease, used meanwhile or not: it leaves the lease
+// now, and what was used meanwhile is taken from the grant. It returns
+// the first error of a call.
 func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, entryOf func(j int) *entry, held []int64) error {
 	start := time.Now()
 	rnow, err := s.remote.LeaseAll(ctx, now, leases)
@@ -402,7 +403,11 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 				e.dry = true
 			}
 		}
-		e.busy = nil
+		if j+1 == len(leases) || leases[j+1].Key != l.Key {
+			// Its last answer: a sync sends a sliding window's units set
+			// aside and its lease as two, one after the other.
+			e.busy = nil
+		}
 		sh.mu.Unlock()
 	}
 	return err

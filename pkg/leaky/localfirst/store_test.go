@@ -655,3 +655,32 @@ func TestRefundMakesNoMoreRoomThanExactly(t *testing.T) {
 		t.Fatalf("admitted %d after a refund of 100 on an empty bucket of 10, want 10", admitted)
 	}
 }
+
+// TestBusyUntilTheLastAnswer answers a call with two leases of one entry,
+// as a sync sends for a sliding window with units set aside: the entry
+// must stay busy until both are applied, or a request in between could
+// expire units the second answer still takes from the lease, and give
+// them back twice.
+func TestBusyUntilTheLastAnswer(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
+	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour)
+	busy := make(chan struct{})
+	e := &entry{limit: l, lease: 5, leasedAt: t0.Add(time.Hour).UnixMicro(), busy: busy}
+	leases := []redis.Lease{
+		{Key: "w", Limit: l, Return: 3, At: t0.UnixMicro()},
+		{Key: "w", Limit: l, Return: 5, At: e.leasedAt, Ask: 2},
+	}
+	var seen []bool
+	s.lease(context.Background(), t0.Add(2*time.Hour), leases, func(j int) *entry {
+		seen = append(seen, e.busy != nil)
+		return e
+	}, []int64{0, 5})
+	if !slices.Equal(seen, []bool{true, true}) {
+		t.Fatalf("busy when each answer was applied: %v, want busy until the last", seen)
+	}
+	if e.busy != nil || e.lease != 2 {
+		t.Fatalf("after the answers: busy %v, lease %d; want not busy, the 2 granted", e.busy != nil, e.lease)
+	}
+}
