@@ -215,7 +215,9 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		refused := false
 		for i, b := range buckets {
 			e := entries[i]
-			if e.busy == nil {
+			if e.busy == nil || e.limit.Algorithm == leaky.FixedWindow {
+				// A fixed window's units end with it even while a call
+				// is out: its answer leaves an ended lease alone.
 				s.expire(e, rnow)
 			}
 			if b.Hits <= 0 || b.Shadow || e.lease >= b.Hits {
@@ -339,7 +341,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 	case leaky.FixedWindow:
 		win := e.limit.Fixed().Window.Microseconds()
 		if floorDiv(rnow, win) != floorDiv(e.leasedAt, win) {
-			e.lease = 0
+			e.lease, e.leasedAt = 0, 0
 		}
 	}
 }
@@ -387,9 +389,10 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 		sh := &s.shards[maphash.String(s.seed, l.Key)%shards]
 		sh.mu.Lock()
 		e := entryOf(j)
-		if held != nil && e.limit == l.Limit {
+		if held != nil && e.limit == l.Limit && e.leasedAt == l.At {
 			// Given back, or, if the call failed, perhaps given back. (A
-			// new limit's entry never held them: entry dropped them.)
+			// new limit's entry never held them: entry dropped them; nor
+			// does a fixed window's lease that expire ended.)
 			e.lease -= held[j]
 		}
 		if l.Err == nil {

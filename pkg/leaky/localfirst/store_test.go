@@ -684,3 +684,42 @@ func TestBusyUntilTheLastAnswer(t *testing.T) {
 		t.Fatalf("after the answers: busy %v, lease %d; want not busy, the 2 granted", e.busy != nil, e.lease)
 	}
 }
+
+// TestFixedWindowLeaseEndsWithItsWindowDuringACall sends requests in the
+// next window while a sync, begun in the window before, is out for the
+// bucket: the units of the window before are no use in this one, and
+// everything admitted in it must be counted in it on Redis.
+func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: time.Hour}
+	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour).Add(time.Minute)
+	next := t0.Add(time.Hour)
+	apply(t, s, t0, leaky.Bucket{Key: "k", Limit: l, Hits: 10}) // holds 10 more
+	release := holdSync(r, s, t0.Add(58*time.Minute))
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			res := make([]leaky.Result, 1)
+			if err := s.Apply(context.Background(), next, []leaky.Bucket{{Key: "k", Limit: l, Hits: 1}}, res); err != nil {
+				t.Error(err)
+			}
+			if res[0].Admitted {
+				admitted.Add(1)
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	release()
+	wg.Wait()
+	s.sync(context.Background(), next, true) // gives everything back
+	st := r.states["k"]
+	counted := st.Counter
+	if st.Timestamp != next.Truncate(time.Hour).UnixMicro() {
+		counted = 0
+	}
+	if n := admitted.Load(); n > counted {
+		t.Fatalf("admitted %d in a window Redis counts %d in", n, counted)
+	}
+}
