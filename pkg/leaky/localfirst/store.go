@@ -340,7 +340,9 @@ func (s *Store) expire(e *entry, rnow int64) {
 		}
 	case leaky.FixedWindow:
 		win := e.limit.Fixed().Window.Microseconds()
-		if floorDiv(rnow, win) != floorDiv(e.leasedAt, win) {
+		if floorDiv(rnow, win) > floorDiv(e.leasedAt, win) {
+			// Ended. (A window after rnow's is one Redis answered in
+			// after this request was made.)
 			e.lease, e.leasedAt = 0, 0
 		}
 	}

@@ -723,3 +723,55 @@ func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 		t.Fatalf("admitted %d in a window Redis counts %d in", n, counted)
 	}
 }
+
+// TestFixedWindowLeaseOfTheNextWindowIsKept has a request made just before
+// a window's end get its units from a call Redis answered just after, in
+// the next window: they are that window's units, charged there, and must
+// not be thrown away as if their window had ended.
+func TestFixedWindowLeaseOfTheNextWindowIsKept(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: time.Hour}
+	end := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour).Add(time.Hour)
+	before, after := end.Add(-time.Millisecond), end.Add(time.Millisecond)
+	call := func(key string, now time.Time) {
+		res := make([]leaky.Result, 1)
+		if err := s.Apply(context.Background(), now, []leaky.Bucket{{Key: key, Limit: l, Hits: 1}}, res); err != nil {
+			t.Error(err)
+		}
+		if !res[0].Admitted {
+			t.Errorf("request for %s rejected", key)
+		}
+	}
+	queued := func(n int) {
+		for {
+			s.asks.mu.Lock()
+			k := len(s.asks.queue)
+			s.asks.mu.Unlock()
+			if k == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// A call for another bucket is out: the next asks queue behind it, and
+	// go in one call, at the time of the last, after the window's end.
+	g := make(chan struct{})
+	r.gate.Store(&g)
+	var wg sync.WaitGroup
+	wg.Go(func() { call("other", before) })
+	for r.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	wg.Go(func() { call("k", before) })
+	queued(1)
+	wg.Go(func() { call("k2", after) })
+	queued(2)
+	r.gate.Store(nil)
+	close(g)
+	wg.Wait()
+	s.sync(context.Background(), after, true) // gives everything back
+	if st := r.states["k"]; st.Counter != 1 {
+		t.Fatalf("Redis counts %d for bucket k once everything is given back, want its 1 request: units were thrown away", st.Counter)
+	}
+}
