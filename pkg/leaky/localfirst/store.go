@@ -14,8 +14,8 @@
 //     was found full waits for its next sync before asking again;
 //   - a leaky bucket's leased units start leaking on Redis when granted,
 //     not when used, so units held for a while let the bucket take that
-//     much more: at most what it drips while units are held, at most two
-//     intervals.
+//     much more: at most what it drips while units are held, at most
+//     maxHold (eight) intervals.
 //
 // A request is all or nothing within a replica. Across replicas each
 // bucket is all or nothing per lease, not per request.

@@ -28,9 +28,10 @@ func (s *Store) loop() {
 
 // sync reconciles every bucket in use with Redis in batched lease calls:
 // what a bucket holds beyond twice its last interval's demand goes back,
-// what it lacks of that is asked for; a bucket without demand for two
-// intervals gives everything back and is dropped. With all, every bucket
-// gives everything back (Close). It returns the buckets synced.
+// what it lacks of that is asked for; a bucket without demand for
+// idleHold intervals gives everything back and is dropped. With all,
+// every bucket gives everything back (Close). It returns the buckets
+// synced.
 func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	rnow := now.UnixMicro() + s.offset.Load()
 	var leases []redis.Lease
