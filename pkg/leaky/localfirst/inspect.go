@@ -35,9 +35,10 @@ func (s *Store) WatchResets(ctx context.Context, forget func(keys []string)) {
 	})
 }
 
-// forget drops the units held of the buckets keys, and their dry marks, so
-// that their next requests ask Redis anew; nil (resets may have been
-// missed) clears every dry mark but keeps the units, which Redis charged.
+// forget drops the units held of the buckets keys, their dry marks and the
+// answer of a call out for them, so that their next requests ask Redis
+// anew; nil (resets may have been missed) clears every dry mark but keeps
+// the units, which Redis charged.
 func (s *Store) forget(keys []string) {
 	if keys == nil {
 		for i := range s.shards {
@@ -57,6 +58,7 @@ func (s *Store) forget(keys []string) {
 			// The units were charged to a bucket that is gone: using them
 			// would admit past the limit of the new one.
 			e.lease, e.stale, e.dry, e.global = 0, 0, false, leaky.State{}
+			e.forgot = e.busy != nil
 		}
 		sh.mu.Unlock()
 	}

@@ -121,6 +121,9 @@ type entry struct {
 	// dry is set when Redis had less room than asked: no more asking
 	// until the next sync.
 	dry bool
+	// forgot is set when the bucket is reset while a call is out for it:
+	// the call's answer is not used.
+	forgot bool
 	// busy is closed when the lease call out for this bucket returns; nil
 	// when none is.
 	busy chan struct{}
@@ -307,7 +310,7 @@ func (s *Store) entry(sh *shard, b leaky.Bucket) (*entry, error) {
 	if e.limit != b.Limit {
 		// A new limit (a reload): what was leased under the old one is
 		// not this one's. It is left to leak or expire on Redis.
-		*e = entry{limit: b.Limit, busy: e.busy}
+		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot}
 	}
 	return e, nil
 }
@@ -391,13 +394,15 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 		sh := &s.shards[maphash.String(s.seed, l.Key)%shards]
 		sh.mu.Lock()
 		e := entryOf(j)
-		if held != nil && e.limit == l.Limit && e.leasedAt == l.At {
+		if held != nil && !e.forgot && e.limit == l.Limit && e.leasedAt == l.At {
 			// Given back, or, if the call failed, perhaps given back. (A
 			// new limit's entry never held them: entry dropped them; nor
 			// does a fixed window's lease that expire ended.)
 			e.lease -= held[j]
 		}
-		if l.Err == nil {
+		if l.Err == nil && !e.forgot {
+			// (After a reset, Redis may have granted before it, units the
+			// new bucket does not count: lost, as when a call fails.)
 			if l.Granted > 0 {
 				e.lease += l.Granted
 				e.leasedAt = l.Now
@@ -411,7 +416,7 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 		if j+1 == len(leases) || leases[j+1].Key != l.Key {
 			// Its last answer: a sync sends a sliding window's units set
 			// aside and its lease as two, one after the other.
-			e.busy = nil
+			e.busy, e.forgot = nil, false
 		}
 		sh.mu.Unlock()
 	}

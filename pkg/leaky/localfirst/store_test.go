@@ -775,3 +775,52 @@ func TestFixedWindowLeaseOfTheNextWindowIsKept(t *testing.T) {
 		t.Fatalf("Redis counts %d for bucket k once everything is given back, want its 1 request: units were thrown away", st.Counter)
 	}
 }
+
+// answeredRemote holds the answer of its next lease call, once Redis has
+// run it, until release is closed.
+type answeredRemote struct {
+	*remote
+	ran, release chan struct{}
+	once         sync.Once
+}
+
+func (r *answeredRemote) LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error) {
+	n, err := r.remote.LeaseAll(ctx, now, leases)
+	r.once.Do(func() {
+		close(r.ran)
+		<-r.release
+	})
+	return n, err
+}
+
+// TestResetDuringACall resets a bucket after Redis granted units of it to
+// a call whose answer has not arrived: the reset bucket does not count
+// them, so they must not be used, and the bucket admits its size.
+func TestResetDuringACall(t *testing.T) {
+	r := &answeredRemote{remote: newRemote(), ran: make(chan struct{}), release: make(chan struct{})}
+	s := newStore(t, r, time.Hour)
+	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 10, Window: 1000 * time.Hour}
+	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
+	first := make(chan bool)
+	go func() {
+		_, ok := apply(t, s, now, leaky.Bucket{Key: "k", Limit: l, Hits: 1})
+		first <- ok
+	}()
+	<-r.ran
+	if err := s.Reset(context.Background(), []string{"k"}); err != nil {
+		t.Fatal(err)
+	}
+	close(r.release)
+	admitted := 0
+	if <-first {
+		admitted++
+	}
+	for range 30 {
+		if _, ok := apply(t, s, now, leaky.Bucket{Key: "k", Limit: l, Hits: 1}); ok {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("admitted %d after the reset of a bucket of 10, want 10", admitted)
+	}
+}
