@@ -88,6 +88,11 @@ type Store struct {
 	failures atomic.Uint64
 	lost     atomic.Uint64 // units set aside and not given back
 
+	// failedSyncs counts the syncs failed in a row, lastSyncWarn when one
+	// was last logged; the sync loop's own.
+	failedSyncs  int
+	lastSyncWarn time.Time
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once

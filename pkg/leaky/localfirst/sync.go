@@ -111,12 +111,30 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 		return 0
 	}
 	if err := s.lease(ctx, now, leases, func(j int) *entry { return entries[j] }, held); err != nil {
-		s.log.Warn("local-first store: a sync with Redis failed; what was given back may be lost until it leaks",
-			"buckets", len(leases), "err", err)
+		s.warnSyncFailed(len(leases), err)
+	} else {
+		s.failedSyncs = 0
 	}
 	close(busy)
 	s.syncs.Add(1)
 	return len(leases)
+}
+
+// syncWarnEvery is how often a sync that keeps failing is logged: once a
+// minute, not once an interval, while Redis is away.
+const syncWarnEvery = time.Minute
+
+// warnSyncFailed logs a failed sync: the first of a run of failures, then
+// once per syncWarnEvery with how many failed meanwhile. Only the sync
+// loop (and Close, after it) calls it.
+func (s *Store) warnSyncFailed(buckets int, err error) {
+	s.failedSyncs++
+	if s.failedSyncs > 1 && time.Since(s.lastSyncWarn) < syncWarnEvery {
+		return
+	}
+	s.lastSyncWarn = time.Now()
+	s.log.Warn("local-first store: a sync with Redis failed; what was given back may be lost until it leaks",
+		"buckets", buckets, "failed_syncs", s.failedSyncs, "err", err)
 }
 
 // maxHold is how many intervals a replica holds a leaky bucket's units
