@@ -24,15 +24,7 @@ func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	if len(states) < len(buckets) {
 		return now, fmt.Errorf("redis store: %d states for %d buckets", len(states), len(buckets))
 	}
-	at := int64(-1)
-	if s.callerClock {
-		at = now.UnixMicro()
-	}
-	keys := make([]string, len(buckets))
-	for i, b := range buckets {
-		keys[i] = redisKey(s.keyPrefix, b.Key)
-	}
-	at, err := s.read(ctx, s.client.Load(), at, keys, buckets, states)
+	at, err := s.read(ctx, s.client.Load(), s.at(now), s.keys(buckets), buckets, states)
 	if err != nil {
 		return now, err
 	}

@@ -56,10 +56,7 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	if _, ok := s.exec.(scriptExec); !ok {
 		return 0, errors.New("redis store: leases need the script mode")
 	}
-	at := int64(-1)
-	if s.callerClock {
-		at = now.UnixMicro()
-	}
+	at := s.at(now)
 	type call struct {
 		index []int
 		keys  []string

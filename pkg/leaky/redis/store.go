@@ -236,14 +236,8 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	if len(results) < len(buckets) {
 		return fmt.Errorf("redis store: %d results for %d buckets", len(results), len(buckets))
 	}
-	at := int64(-1)
-	if s.callerClock {
-		at = now.UnixMicro()
-	}
-	keys := make([]string, len(buckets))
-	for i, b := range buckets {
-		keys[i] = redisKey(s.keyPrefix, b.Key)
-	}
+	at := s.at(now)
+	keys := s.keys(buckets)
 	c := s.client.Load()
 	if !s.cluster || sameSlot(keys) {
 		if s.batch != nil {
@@ -257,6 +251,24 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		return err
 	}
 	return s.applySlots(ctx, c, at, keys, buckets, results)
+}
+
+// at is the time argument of a script call: now with the caller's clock,
+// else -1 for the server's.
+func (s *Store) at(now time.Time) int64 {
+	if s.callerClock {
+		return now.UnixMicro()
+	}
+	return -1
+}
+
+// keys returns the Redis keys of buckets.
+func (s *Store) keys(buckets []leaky.Bucket) []string {
+	keys := make([]string, len(buckets))
+	for i, b := range buckets {
+		keys[i] = redisKey(s.keyPrefix, b.Key)
+	}
+	return keys
 }
 
 func sameSlot(keys []string) bool {
