@@ -89,9 +89,9 @@ type Store struct {
 	lost     atomic.Uint64 // units set aside and not given back
 
 	// failedSyncs counts the syncs failed in a row, lastSyncWarn when one
-	// was last logged; the sync loop's own.
-	failedSyncs  int
-	lastSyncWarn time.Time
+	// was last logged (Unix nanoseconds).
+	failedSyncs  atomic.Int64
+	lastSyncWarn atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -283,12 +283,10 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		}
 		if admitted {
 			for i, b := range buckets {
-				e := entries[i]
-				switch {
-				case b.Shadow:
-					e.lease -= min(b.Hits, e.lease) // past its lease, a shadow bucket is not charged
-				default:
-					e.lease -= b.Hits
+				if b.Shadow {
+					entries[i].lease -= min(b.Hits, entries[i].lease) // past its lease, a shadow bucket is not charged
+				} else {
+					entries[i].lease -= b.Hits
 				}
 			}
 		}

@@ -53,29 +53,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			} else if e.idle < idleHold {
 				e.idle++
 			}
-			target := s.target(e)
-			if all {
-				target = 0
-			}
-			// What goes back with an ask stays usable until the answer,
-			// which takes what was used meanwhile from the grant (lease's
-			// held).
-			l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
-			switch {
-			case e.limit.Algorithm != leaky.LeakyBucket:
-				if e.prev > 0 || target == 0 {
-					// A window's lease is of one (sub-)window: all of it
-					// goes back, and what is wanted comes anew.
-					l.Return, l.Ask = e.lease, target
-				}
-			case e.lease > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
-				// Held long: it has been leaking on Redis all this time.
-				l.Return, l.Ask = e.lease, target
-			case e.lease > 2*target:
-				l.Return = e.lease - target
-			case e.lease < (target+1)/2:
-				l.Ask = target - e.lease
-			}
+			l := s.plan(key, e, rnow, all)
 			if e.stale > 0 {
 				// Set aside by expire, granted at another time: given back
 				// first, in the same call.
@@ -113,11 +91,39 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	if err := s.lease(ctx, now, leases, func(j int) *entry { return entries[j] }, held); err != nil {
 		s.warnSyncFailed(len(leases), err)
 	} else {
-		s.failedSyncs = 0
+		s.failedSyncs.Store(0)
 	}
 	close(busy)
 	s.syncs.Add(1)
 	return len(leases)
+}
+
+// plan returns what the sync gives back of e and asks for it (nothing of
+// either: no call); with all, everything goes back. What goes back with an
+// ask stays usable until the answer, which takes what was used meanwhile
+// from the grant (lease's held).
+func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
+	target := s.target(e)
+	if all {
+		target = 0
+	}
+	l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
+	switch {
+	case e.limit.Algorithm != leaky.LeakyBucket:
+		if e.prev > 0 || target == 0 {
+			// A window's lease is of one (sub-)window: all of it goes
+			// back, and what is wanted comes anew.
+			l.Return, l.Ask = e.lease, target
+		}
+	case e.lease > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
+		// Held long: it has been leaking on Redis all this time.
+		l.Return, l.Ask = e.lease, target
+	case e.lease > 2*target:
+		l.Return = e.lease - target
+	case e.lease < (target+1)/2:
+		l.Ask = target - e.lease
+	}
+	return l
 }
 
 // syncWarnEvery is how often a sync that keeps failing is logged: once a
@@ -125,16 +131,16 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 const syncWarnEvery = time.Minute
 
 // warnSyncFailed logs a failed sync: the first of a run of failures, then
-// once per syncWarnEvery with how many failed meanwhile. Only the sync
-// loop (and Close, after it) calls it.
+// once per syncWarnEvery with how many failed meanwhile.
 func (s *Store) warnSyncFailed(buckets int, err error) {
-	s.failedSyncs++
-	if s.failedSyncs > 1 && time.Since(s.lastSyncWarn) < syncWarnEvery {
+	failed := s.failedSyncs.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.lastSyncWarn.Load(); failed > 1 && now-last < int64(syncWarnEvery) ||
+		!s.lastSyncWarn.CompareAndSwap(last, now) {
 		return
 	}
-	s.lastSyncWarn = time.Now()
 	s.log.Warn("local-first store: a sync with Redis failed; what was given back may be lost until it leaks",
-		"buckets", buckets, "failed_syncs", s.failedSyncs, "err", err)
+		"buckets", buckets, "failed_syncs", failed, "err", err)
 }
 
 // maxHold is how many intervals a replica holds a leaky bucket's units
