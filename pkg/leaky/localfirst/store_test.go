@@ -831,20 +831,15 @@ func TestResetDuringACall(t *testing.T) {
 // TestFailingSyncsLogOnce: while Redis is away every sync fails; the first
 // failure is logged, the next ones within a minute are not.
 func TestFailingSyncsLogOnce(t *testing.T) {
-	r := newRemote()
 	var buf bytes.Buffer
-	s, err := New(r, Options{Interval: time.Hour, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	s, err := New(newRemote(), Options{Interval: time.Hour, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	now := time.Now()
-	apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
-	r.down.Store(true)
+	down := errors.New("down")
 	for range 3 {
-		// Demand, so that each sync asks; an error is Redis being away.
-		s.Apply(context.Background(), now, []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, make([]leaky.Result, 1))
-		s.sync(context.Background(), now, false)
+		s.warnSyncFailed(1, down)
 	}
 	if n := strings.Count(buf.String(), "a sync with Redis failed"); n != 1 {
 		t.Fatalf("%d warnings for 3 failed syncs, want 1:\n%s", n, buf.String())
