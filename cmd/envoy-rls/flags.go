@@ -12,9 +12,9 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // minMemoryBytes is the smallest -memory-max-bytes: below it the memory

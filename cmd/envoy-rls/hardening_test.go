@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/testpki"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 func TestAdminPort(t *testing.T) {

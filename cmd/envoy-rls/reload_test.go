@@ -24,9 +24,9 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/descriptorstest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
 // newTestReloader returns a reloader of the config in path, with that

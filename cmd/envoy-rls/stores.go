@@ -9,12 +9,12 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/fallback"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/localfirst"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/fallback"
+	"github.com/envoy-rls/envoy-rls/pkg/store/localfirst"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // store is what serve needs of a store.

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
 // do sends one request to h and returns the status and body.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
 // recorder is an Observer that writes down what it is told.

@@ -8,7 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
 // TestUnlimitedRemaining: an allow-listed descriptor reports the most a

@@ -23,8 +23,8 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/otlptest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/tracing"
 )
 

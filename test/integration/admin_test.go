@@ -24,8 +24,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // adminDo sends one request to an admin handler and returns the status

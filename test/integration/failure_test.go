@@ -15,9 +15,9 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/fallback"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/fallback"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 type checkedStore interface {

@@ -14,9 +14,9 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/fallback"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/fallback"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // TestFailureModesWithHungRedis stops Redis with SIGSTOP (it accepts

@@ -13,9 +13,9 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/localfirst"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/localfirst"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // localFirstConfig has one limit of 100 a second per algorithm.

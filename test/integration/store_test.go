@@ -10,8 +10,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
 
 // client returns a go-redis client as the service builds it.
@@ -30,7 +30,7 @@ var prefixes atomic.Int64
 // conformance runs the memory store's suite, unchanged, on stores sharing c,
 // each subtest under a prefix of its own.
 func conformance(t *testing.T, c goredis.UniversalClient, mode redis.Mode, calls calling) {
-	leakytest.Run(t, func(t *testing.T) leakytest.Store {
+	storetest.Run(t, func(t *testing.T) storetest.Store {
 		s, err := redis.New(redis.Options{
 			Client:      c,
 			Mode:        mode,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testpki"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // limitsApply checks through a replica that buckets are kept: a bucket of

@@ -1,4 +1,4 @@
-package leakytest
+package storetest
 
 import (
 	"fmt"

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
 
 // primary is a shared store that fails while down is set.
@@ -189,7 +189,7 @@ type memoryPrimary struct{ *memory.Store }
 // down, to the local store.
 func TestConformance(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
-	leakytest.Run(t, func(t *testing.T) leakytest.Store {
+	storetest.Run(t, func(t *testing.T) storetest.Store {
 		m, err := memory.New(memory.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -199,7 +199,7 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 	t.Run("PrimaryDown", func(t *testing.T) {
-		leakytest.Run(t, func(t *testing.T) leakytest.Store { return downStore(t) })
+		storetest.Run(t, func(t *testing.T) storetest.Store { return downStore(t) })
 	})
 }
 
@@ -218,7 +218,7 @@ func downStore(t *testing.T) *Store {
 // TestInspect runs the suite of State and Reset through the fallback
 // store both ways, as TestConformance.
 func TestInspect(t *testing.T) {
-	leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector {
+	storetest.RunInspect(t, func(t *testing.T) storetest.Inspector {
 		m, err := memory.New(memory.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -228,7 +228,7 @@ func TestInspect(t *testing.T) {
 		return s
 	})
 	t.Run("PrimaryDown", func(t *testing.T) {
-		leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector { return &resetsLocally{downStore(t)} })
+		storetest.RunInspect(t, func(t *testing.T) storetest.Inspector { return &resetsLocally{downStore(t)} })
 	})
 }
 

@@ -1,9 +1,9 @@
-// Package leakytest is the conformance suite every leaky-bucket store runs:
+// Package storetest is the conformance suite every store passes:
 // step tables on fixed instants, the all-or-nothing rule, shadow buckets,
 // isolation of keys whatever their bytes, and exact admission counts under
 // concurrency. A store that passes answers exactly as leaky.DecideAll applied
 // atomically.
-package leakytest
+package storetest
 
 import (
 	"context"

@@ -25,7 +25,7 @@ import (
 //	empty      a script that returns at once, with decide's arguments
 //	reference  INCRBY and EXPIRE of one key per request, pipelined
 //
-// RLS_REQUIRE_REDIS=1 go test ./pkg/leaky/redis -run XXX -bench RedisCost
+// RLS_REQUIRE_REDIS=1 go test ./pkg/store/redis -run XXX -bench RedisCost
 func BenchmarkRedisCost(b *testing.B) {
 	srv := redistest.Start(b)
 	ctx := context.Background()

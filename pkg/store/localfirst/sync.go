@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // loop syncs once per interval until Close.

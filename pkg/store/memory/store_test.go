@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
+	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
 
 func newStore(t *testing.T, opts Options) *Store {
@@ -21,19 +21,19 @@ func newStore(t *testing.T, opts Options) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	leakytest.Run(t, func(t *testing.T) leakytest.Store { return newStore(t, Options{}) })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t, Options{}) })
 }
 
 func TestConformanceOneShard(t *testing.T) {
 	// Every bucket of a request in one shard: the lock set has one member.
-	leakytest.Run(t, func(t *testing.T) leakytest.Store { return newStore(t, Options{Shards: 1}) })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t, Options{Shards: 1}) })
 }
 
 func TestInspect(t *testing.T) {
-	leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector { return newStore(t, Options{}) })
+	storetest.RunInspect(t, func(t *testing.T) storetest.Inspector { return newStore(t, Options{}) })
 }
 
-var t0 = leakytest.T0
+var t0 = storetest.T0
 
 func charge(t *testing.T, s *Store, now time.Time, key string, l leaky.Limit) leaky.Result {
 	t.Helper()

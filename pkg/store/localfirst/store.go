@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // Remote is the Redis store underneath: leases, and exact decisions for

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // ask is one request's call for more units: its buckets' leases and

@@ -12,7 +12,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
 // TestClusterMatchesMemory runs the same random requests, whose buckets

@@ -10,7 +10,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/leakytest"
+	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
 
 // inspectModes runs the suite of State and Reset in both modes on stores
@@ -19,7 +19,7 @@ func inspectModes(t *testing.T, connect ClientOptions) {
 	for _, mode := range []Mode{ScriptMode, TransactionsMode} {
 		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
 			n := 0
-			leakytest.RunInspect(t, func(t *testing.T) leakytest.Inspector {
+			storetest.RunInspect(t, func(t *testing.T) storetest.Inspector {
 				n++
 				c := connect
 				s, err := New(Options{Connect: &c, Mode: mode, CallerClock: true, Prefix: fmt.Sprintf("inspect%d-%d:", mode, n)})

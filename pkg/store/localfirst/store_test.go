@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // remote is a Remote kept in process by leaky.Lease and leaky.DecideAll,
