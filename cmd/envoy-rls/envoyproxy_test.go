@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -171,7 +171,7 @@ func TestConfigGate(t *testing.T) {
 // okStore admits everything and always answers.
 type okStore struct{}
 
-func (okStore) Apply(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { return nil }
+func (okStore) Apply(context.Context, time.Time, []limit.Bucket, []limit.Result) error { return nil }
 func (okStore) Check(context.Context) error                                            { return nil }
 
 // sameEffectVariables are the reference's variables read by no code here,

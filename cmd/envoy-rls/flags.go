@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
@@ -73,7 +73,7 @@ type settings struct {
 	grpcTLSClientCA     string
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
-	rateLimitAlgo       choice[leaky.Algorithm]
+	rateLimitAlgo       choice[limit.Algorithm]
 	env                 choice[envKind]
 	xds                 xdsSettings
 	statsd              statsdSettings
@@ -115,12 +115,12 @@ const (
 )
 
 // algorithmFlag is the -rate-limit-algorithm flag's value.
-func algorithmFlag() choice[leaky.Algorithm] {
-	opts := make([]option[leaky.Algorithm], len(leaky.Algorithms))
-	for i, a := range leaky.Algorithms {
-		opts[i] = option[leaky.Algorithm]{a.String(), a}
+func algorithmFlag() choice[limit.Algorithm] {
+	opts := make([]option[limit.Algorithm], len(limit.Algorithms))
+	for i, a := range limit.Algorithms {
+		opts[i] = option[limit.Algorithm]{a.String(), a}
 	}
-	return choice[leaky.Algorithm]{leaky.LeakyBucket, opts}
+	return choice[limit.Algorithm]{limit.LeakyBucket, opts}
 }
 
 // algorithmUsage documents -rate-limit-algorithm, for serve and check-config.

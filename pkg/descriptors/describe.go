@@ -1,6 +1,6 @@
 package descriptors
 
-import "github.com/envoy-rls/envoy-rls/pkg/leaky"
+import "github.com/envoy-rls/envoy-rls/pkg/limit"
 
 // Description is a config as a JSON-friendly tree, for GET /config.
 type Description struct {
@@ -59,9 +59,9 @@ func describeLimit(r *Rule) LimitDescription {
 	l := r.Limit
 	d := LimitDescription{Algorithm: l.Algorithm.String(), Reported: r.Rate.String()}
 	switch l.Algorithm {
-	case leaky.SlidingWindow:
+	case limit.SlidingWindow:
 		d.Limit, d.Window, d.Resolution = &l.Size, l.Window.String(), l.Sliding().Resolution.String()
-	case leaky.FixedWindow:
+	case limit.FixedWindow:
 		d.Limit, d.Window = &l.Size, l.Window.String()
 	default:
 		d.Size, d.DripRate, d.DripSize = &l.Size, l.DripRate.String(), l.DripSize

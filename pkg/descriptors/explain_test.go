@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // renderWalk writes a walk one step a line, for comparison with a want
@@ -46,7 +46,7 @@ func renderWalk(w Walk) string {
 
 func TestExplain(t *testing.T) {
 	d := mustParse(t, resolveConfig).Domain("api")
-	rate := leaky.Rate{RequestsPerUnit: 10, Unit: leaky.Minute}
+	rate := limit.Rate{RequestsPerUnit: 10, Unit: limit.Minute}
 	override := &Rule{Path: "override", Limit: rate.Limit(), Rate: rate}
 	cases := []struct {
 		request  []string
@@ -118,7 +118,7 @@ func TestExplainIsResolve(t *testing.T) {
 				es := randomEntries(rng, d)
 				var override *Rule
 				if rng.IntN(4) == 0 {
-					rate := leaky.Rate{RequestsPerUnit: uint32(rng.IntN(100)), Unit: leaky.Minute}
+					rate := limit.Rate{RequestsPerUnit: uint32(rng.IntN(100)), Unit: limit.Minute}
 					override = &Rule{Path: "override", Limit: rate.LimitAs(d.RateLimitAlgorithm), Rate: rate}
 				}
 				want := d.Resolve(es, override, nil)

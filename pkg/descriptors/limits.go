@@ -7,15 +7,15 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // rawLimit is one limit of a descriptor as written: the descriptor's one
 // limit, or an item of its limits list.
 type rawLimit struct {
-	limit  leaky.Limit
-	rate   *leaky.Rate // the limit as written in rate_limit form, if it was
+	limit  limit.Limit
+	rate   *limit.Rate // the limit as written in rate_limit form, if it was
 	name   string
 	shadow bool
 	item   int // its index in the descriptor's limits list; -1 for the one-limit form
@@ -29,8 +29,8 @@ type rawLimit struct {
 // of its limits list says about one limit, field by field.
 type limitReading struct {
 	algorithms []field // the algorithm fields given: exactly one is wanted
-	limit      *leaky.Limit
-	rate       *leaky.Rate
+	limit      *limit.Limit
+	rate       *limit.Rate
 	name       string
 	rateName   *yaml.Node // rate_limit's own name field, to agree with name
 	shadow     bool
@@ -135,29 +135,29 @@ func (r *reader) finishLimit(n *yaml.Node, p *fieldPath, lr *limitReading, item 
 		replaces: lr.replaces, replacesLines: lr.lines}
 }
 
-type leakyReading struct{ l leaky.Limit }
+type leakyReading struct{ l limit.Limit }
 
 var leakyObject = newObject(
 	requiredField("size", func(r *reader, f field, p *fieldPath, lb *leakyReading) bool {
 		var ok bool
-		lb.l.Size, ok = r.integer(f.value, p, 0, leaky.MaxSize)
+		lb.l.Size, ok = r.integer(f.value, p, 0, limit.MaxSize)
 		return ok
 	}),
 	requiredField("drip_rate", func(r *reader, f field, p *fieldPath, lb *leakyReading) bool {
 		var ok bool
-		lb.l.DripRate, ok = r.micros(f.value, p, leaky.MaxDripRate)
+		lb.l.DripRate, ok = r.micros(f.value, p, limit.MaxDripRate)
 		return ok
 	}),
 	fieldOf("drip_size", func(r *reader, f field, p *fieldPath, lb *leakyReading) bool {
 		var ok bool
-		lb.l.DripSize, ok = r.integer(f.value, p, 1, leaky.MaxSize)
+		lb.l.DripSize, ok = r.integer(f.value, p, 1, limit.MaxSize)
 		return ok
 	}),
 )
 
 func (r *reader) leakyBucket(f field, p *fieldPath, lr *limitReading) bool {
 	lr.algorithms = append(lr.algorithms, f)
-	lb := leakyReading{l: leaky.Limit{DripSize: 1}}
+	lb := leakyReading{l: limit.Limit{DripSize: 1}}
 	var buf fieldsBuf
 	if _, ok := leakyObject.read(r, f.value, p, &lb, buf[:0]); !ok {
 		return false
@@ -202,19 +202,19 @@ var (
 )
 
 func (r *reader) fixedWindow(f field, p *fieldPath, lr *limitReading) bool {
-	return r.window(f, p, lr, leaky.FixedWindow)
+	return r.window(f, p, lr, limit.FixedWindow)
 }
 
 func (r *reader) slidingWindow(f field, p *fieldPath, lr *limitReading) bool {
-	return r.window(f, p, lr, leaky.SlidingWindow)
+	return r.window(f, p, lr, limit.SlidingWindow)
 }
 
 // window reads a fixed or a sliding window; a sliding window's resolution
 // must divide it into at most window.MaxSubWindows.
-func (r *reader) window(f field, p *fieldPath, lr *limitReading, algo leaky.Algorithm) bool {
+func (r *reader) window(f field, p *fieldPath, lr *limitReading, algo limit.Algorithm) bool {
 	lr.algorithms = append(lr.algorithms, f)
 	obj := fixedObject
-	if algo == leaky.SlidingWindow {
+	if algo == limit.SlidingWindow {
 		obj = slidingObject
 	}
 	var w windowReading
@@ -222,8 +222,8 @@ func (r *reader) window(f field, p *fieldPath, lr *limitReading, algo leaky.Algo
 	if _, ok := obj.read(r, f.value, p, &w, buf[:0]); !ok {
 		return false
 	}
-	if algo == leaky.FixedWindow {
-		lr.limit = &leaky.Limit{Algorithm: leaky.FixedWindow, Size: w.limit, Window: w.window}
+	if algo == limit.FixedWindow {
+		lr.limit = &limit.Limit{Algorithm: limit.FixedWindow, Size: w.limit, Window: w.window}
 		return true
 	}
 	res, resNode, resField := w.resolution, w.resNode, p.field("resolution")
@@ -243,14 +243,14 @@ func (r *reader) window(f field, p *fieldPath, lr *limitReading, algo leaky.Algo
 			w.window/res, res, window.MaxSubWindows)
 		return false
 	}
-	lr.limit = &leaky.Limit{Algorithm: leaky.SlidingWindow, Size: w.limit, Window: w.window, Resolution: w.resolution}
+	lr.limit = &limit.Limit{Algorithm: limit.SlidingWindow, Size: w.limit, Window: w.window, Resolution: w.resolution}
 	return true
 }
 
 // rateReading is a rate_limit as written.
 type rateReading struct {
 	lr          *limitReading
-	rate        leaky.Rate
+	rate        limit.Rate
 	unit, count *yaml.Node // the unit and requests_per_unit fields, when given
 }
 
@@ -261,7 +261,7 @@ var rateObject = newObject(
 		if !ok {
 			return false
 		}
-		u, err := leaky.ParseUnit(s)
+		u, err := limit.ParseUnit(s)
 		if err != nil {
 			r.errorf(f.value, p, "unknown unit %q (want second, minute, hour, day, week, month or year)", clip(s))
 			return false
@@ -376,6 +376,6 @@ func (r *reader) micros(n *yaml.Node, p *fieldPath, longest time.Duration) (time
 }
 
 // describeAlgorithm is a limit's algorithm and parameters, for Describe.
-func describeAlgorithm(l leaky.Limit) string {
+func describeAlgorithm(l limit.Limit) string {
 	return fmt.Sprint(l)
 }

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Config is a loaded, validated configuration: one Domain per file. It is
@@ -57,7 +57,7 @@ func Load(path string) (*Config, []Problem, error) { return Options{}.Load(path)
 type Options struct {
 	// RateLimitAlgorithm is what each rate_limit block becomes in a file
 	// without rate_limit_algorithm; the zero value is the leaky bucket.
-	RateLimitAlgorithm leaky.Algorithm
+	RateLimitAlgorithm limit.Algorithm
 }
 
 // Load is Load with these options.

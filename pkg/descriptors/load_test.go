@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 func parse(t *testing.T, files ...string) (*Config, []Problem, error) {
@@ -71,16 +71,16 @@ func TestParseValidConfig(t *testing.T) {
 	}
 	type ruleFields struct {
 		Name, Path string
-		Limit      leaky.Limit
-		Rate       leaky.Rate
+		Limit      limit.Limit
+		Rate       limit.Rate
 		Shadow     bool
 	}
 	want := []ruleFields{
-		{Path: "user", Limit: leaky.Limit{Size: 60, DripRate: time.Second, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 60, Unit: leaky.Minute}},
-		{Name: "trades", Path: "user/action=trade", Limit: leaky.Limit{Size: 5, DripRate: 2 * time.Second, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 30, Unit: leaky.Minute}},
-		{Path: "path=/admin/*", Limit: leaky.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 100, Unit: leaky.Minute}},
-		{Path: "client=abuser", Limit: leaky.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 0, Unit: leaky.Second}},
-		{Path: "plan", Limit: leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 1}, Rate: leaky.Rate{RequestsPerUnit: 1, Unit: leaky.Second}, Shadow: true},
+		{Path: "user", Limit: limit.Limit{Size: 60, DripRate: time.Second, DripSize: 1}, Rate: limit.Rate{RequestsPerUnit: 60, Unit: limit.Minute}},
+		{Name: "trades", Path: "user/action=trade", Limit: limit.Limit{Size: 5, DripRate: 2 * time.Second, DripSize: 1}, Rate: limit.Rate{RequestsPerUnit: 30, Unit: limit.Minute}},
+		{Path: "path=/admin/*", Limit: limit.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, Rate: limit.Rate{RequestsPerUnit: 100, Unit: limit.Minute}},
+		{Path: "client=abuser", Limit: limit.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, Rate: limit.Rate{RequestsPerUnit: 0, Unit: limit.Second}},
+		{Path: "plan", Limit: limit.Limit{Size: 10, DripRate: time.Second, DripSize: 1}, Rate: limit.Rate{RequestsPerUnit: 1, Unit: limit.Second}, Shadow: true},
 	}
 	rules := d.Rules()
 	if len(rules) != len(want) {
@@ -312,7 +312,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	rules := c.Domain("edge").Rules()
-	if len(rules) != 4 || rules[1].Name != "per_ip_foo" || !rules[1].Shadow || rules[1].Rate != (leaky.Rate{RequestsPerUnit: 60, Unit: leaky.Minute}) {
+	if len(rules) != 4 || rules[1].Name != "per_ip_foo" || !rules[1].Shadow || rules[1].Rate != (limit.Rate{RequestsPerUnit: 60, Unit: limit.Minute}) {
 		t.Fatalf("rules loaded wrong: %+v", rules)
 	}
 	got := map[string]bool{}

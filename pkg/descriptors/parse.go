@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // ignored explains, per accepted field that has no effect, why.
@@ -27,7 +27,7 @@ type rawDomain struct {
 	line          int
 	leaf          bool   // match: leaf
 	overLimitBody string // sent on OVER_LIMIT, {retry_after} filled in
-	algorithm     leaky.Algorithm
+	algorithm     limit.Algorithm
 	list          *yaml.Node // the descriptors, read once the algorithm is known
 	descriptors   []*rawNode
 }
@@ -378,7 +378,7 @@ var fileObject = newObject(
 		if !ok {
 			return false
 		}
-		a, err := leaky.ParseAlgorithm(s)
+		a, err := limit.ParseAlgorithm(s)
 		if err != nil {
 			r.errorf(f.value, p, "%q: want leaky_bucket, sliding_window or fixed_window (what each rate_limit of the file becomes)", clip(s))
 			return false

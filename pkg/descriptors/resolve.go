@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Entry is one key/value pair of a request descriptor.
@@ -204,9 +204,9 @@ func appendRate(b []byte, r *Rule) []byte {
 	}
 	b = append(b, r.Rate.Unit.String()...)
 	switch r.Limit.Algorithm {
-	case leaky.SlidingWindow:
+	case limit.SlidingWindow:
 		b = append(b, "/sw"...)
-	case leaky.FixedWindow:
+	case limit.FixedWindow:
 		b = append(b, "/fw"...)
 	}
 	return b

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 const resolveConfig = `
@@ -116,18 +116,18 @@ func TestResolve(t *testing.T) {
 func TestResolveRules(t *testing.T) {
 	d := mustParse(t, resolveConfig).Domain("api")
 	levels := d.Resolve(entries("user=alex", "action=trade"), nil, nil)
-	if r := levels[1].Rule; r.Name != "trades" || r.Limit != (leaky.Limit{Size: 5, DripRate: 2e9, DripSize: 1}) {
+	if r := levels[1].Rule; r.Name != "trades" || r.Limit != (limit.Limit{Size: 5, DripRate: 2e9, DripSize: 1}) {
 		t.Errorf("trade rule: %+v", r)
 	}
 	levels = d.Resolve(entries("region=eu", "user=bob"), nil, nil)
-	if r := levels[0].Rule; !r.Shadow || r.Limit.Size != 0 || r.Rate != (leaky.Rate{RequestsPerUnit: 0, Unit: leaky.Day}) {
+	if r := levels[0].Rule; !r.Shadow || r.Limit.Size != 0 || r.Rate != (limit.Rate{RequestsPerUnit: 0, Unit: limit.Day}) {
 		t.Errorf("shadow deny rule: %+v", r)
 	}
 }
 
 func TestResolveOverride(t *testing.T) {
 	d := mustParse(t, resolveConfig).Domain("api")
-	rate := leaky.Rate{RequestsPerUnit: 10, Unit: leaky.Minute}
+	rate := limit.Rate{RequestsPerUnit: 10, Unit: limit.Minute}
 	override := &Rule{Path: "override", Limit: rate.Limit(), Rate: rate}
 	cases := []struct {
 		request []string
@@ -152,7 +152,7 @@ func TestResolveOverride(t *testing.T) {
 			t.Errorf("%v:\ngot  %q\nwant %q", c.request, got, c.want)
 		}
 	}
-	withMultiplier := &Rule{Rate: leaky.Rate{RequestsPerUnit: 7, Unit: leaky.Second, Multiplier: 30}}
+	withMultiplier := &Rule{Rate: limit.Rate{RequestsPerUnit: 7, Unit: limit.Second, Multiplier: 30}}
 	if got := d.Resolve(entries("user=a"), withMultiplier, nil)[0].Key; got != "api|user=a|#7/30xsecond" {
 		t.Errorf("override with multiplier: key %q", got)
 	}
@@ -222,7 +222,7 @@ descriptors:
 	}
 	// Every node of this config has a limit, so level i of a request is the
 	// path of its first i+1 entries. Limits sent by Envoy get keys of their own.
-	rate := leaky.Rate{RequestsPerUnit: 1, Unit: leaky.Minute}
+	rate := limit.Rate{RequestsPerUnit: 1, Unit: limit.Minute}
 	override := &Rule{Path: "override", Limit: rate.Limit(), Rate: rate}
 	owner := map[string]string{}
 	claim := func(key, path string) {

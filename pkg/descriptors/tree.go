@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Rule is a limit of the config: what one matched node contributes.
@@ -20,10 +20,10 @@ type Rule struct {
 	// a key alone for a node that matches any value.
 	Path string
 	// Limit is the bucket.
-	Limit leaky.Limit
+	Limit limit.Limit
 	// Rate is the limit in requests per unit, for the response's
 	// current_limit: as written for a rate_limit, derived for a leaky_bucket.
-	Rate leaky.Rate
+	Rate limit.Rate
 	// Shadow marks a limit that is reported but never rejects.
 	Shadow bool
 	// Replaces names the limits this one removes from a request that
@@ -98,7 +98,7 @@ type Domain struct {
 	OverLimitBody string
 	// RateLimitAlgorithm is what the file's rate_limit blocks became, and
 	// what a limit sent by Envoy for this domain becomes.
-	RateLimitAlgorithm leaky.Algorithm
+	RateLimitAlgorithm limit.Algorithm
 
 	prefix string // the domain's key component
 	root   *level
@@ -380,10 +380,10 @@ func limitMarks(limits []*rawLimit) []string {
 	for i, l := range limits {
 		var m string
 		switch l.limit.Algorithm {
-		case leaky.SlidingWindow:
+		case limit.SlidingWindow:
 			w := l.limit.Sliding()
 			m = "|#sw" + compactDuration(w.Window) + "/" + compactDuration(w.Resolution)
-		case leaky.FixedWindow:
+		case limit.FixedWindow:
 			m = "|#fw" + compactDuration(l.limit.Window)
 		default:
 			if buckets++; buckets > 1 {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 const windowsConfig = `
@@ -41,7 +41,7 @@ func TestWindowsAndLimitsLists(t *testing.T) {
 	d := c.Domain("api")
 	type level struct {
 		key, label string
-		limit      leaky.Limit
+		limit      limit.Limit
 		shadow     bool
 	}
 	sec := time.Second
@@ -50,17 +50,17 @@ func TestWindowsAndLimitsLists(t *testing.T) {
 		want    []level
 	}{
 		{entries("user=alex", "action=trade"), []level{
-			{"api|user=alex|#sw1s/100ms", "burst", leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 10, Window: sec}, false},
-			{"api|user=alex|#sw1h/1m", "hourly", leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 1000, Window: time.Hour, Resolution: time.Minute}, false},
-			{"api|user=alex", "user/limits[2]", leaky.Rate{RequestsPerUnit: 10000, Unit: leaky.Day}.Limit(), true},
-			{"api|user=alex|#lb2", "user/limits[3]", leaky.Limit{Size: 5, DripRate: sec, DripSize: 1}, false},
-			{"api|user=alex|action=trade|#fw10s", "user/action=trade", leaky.Limit{Algorithm: leaky.FixedWindow, Size: 3, Window: 10 * sec}, false},
+			{"api|user=alex|#sw1s/100ms", "burst", limit.Limit{Algorithm: limit.SlidingWindow, Size: 10, Window: sec}, false},
+			{"api|user=alex|#sw1h/1m", "hourly", limit.Limit{Algorithm: limit.SlidingWindow, Size: 1000, Window: time.Hour, Resolution: time.Minute}, false},
+			{"api|user=alex", "user/limits[2]", limit.Rate{RequestsPerUnit: 10000, Unit: limit.Day}.Limit(), true},
+			{"api|user=alex|#lb2", "user/limits[3]", limit.Limit{Size: 5, DripRate: sec, DripSize: 1}, false},
+			{"api|user=alex|action=trade|#fw10s", "user/action=trade", limit.Limit{Algorithm: limit.FixedWindow, Size: 3, Window: 10 * sec}, false},
 		}},
 		// The descriptor's shadow_mode covers its every limit; two alike
 		// limits keep buckets of their own.
 		{entries("ip=1.2.3.4"), []level{
-			{"api|ip=1.2.3.4|#fw1m", "ip/limits[0]", leaky.Limit{Algorithm: leaky.FixedWindow, Size: 5, Window: time.Minute}, true},
-			{"api|ip=1.2.3.4|#fw1m~1", "ip/limits[1]", leaky.Limit{Algorithm: leaky.FixedWindow, Size: 5, Window: time.Minute}, true},
+			{"api|ip=1.2.3.4|#fw1m", "ip/limits[0]", limit.Limit{Algorithm: limit.FixedWindow, Size: 5, Window: time.Minute}, true},
+			{"api|ip=1.2.3.4|#fw1m~1", "ip/limits[1]", limit.Limit{Algorithm: limit.FixedWindow, Size: 5, Window: time.Minute}, true},
 		}},
 	} {
 		var got []level
@@ -84,14 +84,14 @@ func TestRateLimitAlgorithm(t *testing.T) {
 	minute := time.Minute
 	for _, tc := range []struct {
 		file     string
-		fallback leaky.Algorithm
-		want     leaky.Limit
+		fallback limit.Algorithm
+		want     limit.Limit
 		key      string
 	}{
-		{file(""), leaky.LeakyBucket, leaky.Rate{RequestsPerUnit: 100, Unit: leaky.Minute}.Limit(), "api|user=a"},
-		{file(""), leaky.FixedWindow, leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: minute}, "api|user=a|#fw1m"},
-		{file("sliding_window"), leaky.FixedWindow, leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: minute, Resolution: 6 * time.Second}, "api|user=a|#sw1m/6s"},
-		{file("leaky_bucket"), leaky.FixedWindow, leaky.Rate{RequestsPerUnit: 100, Unit: leaky.Minute}.Limit(), "api|user=a"},
+		{file(""), limit.LeakyBucket, limit.Rate{RequestsPerUnit: 100, Unit: limit.Minute}.Limit(), "api|user=a"},
+		{file(""), limit.FixedWindow, limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: minute}, "api|user=a|#fw1m"},
+		{file("sliding_window"), limit.FixedWindow, limit.Limit{Algorithm: limit.SlidingWindow, Size: 100, Window: minute, Resolution: 6 * time.Second}, "api|user=a|#sw1m/6s"},
+		{file("leaky_bucket"), limit.FixedWindow, limit.Rate{RequestsPerUnit: 100, Unit: limit.Minute}.Limit(), "api|user=a"},
 	} {
 		c, _, err := Options{RateLimitAlgorithm: tc.fallback}.Parse(Source{Name: "a.yaml", Data: []byte(tc.file)})
 		if err != nil {
@@ -102,7 +102,7 @@ func TestRateLimitAlgorithm(t *testing.T) {
 		if len(levels) != 1 || levels[0].Rule.Limit != tc.want || levels[0].Key != tc.key {
 			t.Errorf("%q with %v by default: got %+v, want %v at %s", tc.file, tc.fallback, levels, tc.want, tc.key)
 		}
-		if got := levels[0].Rule.Rate; got != (leaky.Rate{RequestsPerUnit: 100, Unit: leaky.Minute}) {
+		if got := levels[0].Rule.Rate; got != (limit.Rate{RequestsPerUnit: 100, Unit: limit.Minute}) {
 			t.Errorf("reported as %v, want 100/minute as written", got)
 		}
 		if want := tc.want.Algorithm; d.RateLimitAlgorithm != want {

@@ -12,7 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/spell"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // reader walks yaml.v3 nodes of one file and records problems with their
@@ -26,7 +26,7 @@ type reader struct {
 	hasReplaces bool               // some limit replaces others: check the names
 	// algorithm is what a rate_limit becomes: the file's
 	// rate_limit_algorithm, else the default the reader was given.
-	algorithm leaky.Algorithm
+	algorithm limit.Algorithm
 }
 
 // maxProblems bounds the errors, and the warnings, listed per file: a few

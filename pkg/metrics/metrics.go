@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -170,7 +170,7 @@ func (m *Metrics) Call(domain, outcome string, took time.Duration) {
 }
 
 // Limit implements rls.Observer.
-func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, _ int64, r *leaky.Result, shadow bool) {
+func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, _ int64, r *limit.Result, shadow bool) {
 	label := rule.MetricLabel(key)
 	switch {
 	case r.Admitted:

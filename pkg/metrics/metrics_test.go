@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 func TestCallsAndDecisions(t *testing.T) {
@@ -30,10 +30,10 @@ func TestCallsAndDecisions(t *testing.T) {
 		t.Fatalf("levels: %v", levels)
 	}
 	rule := levels[0].Rule
-	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{Admitted: true, Remaining: 2}, false) // 8 of 10 used: not past 0.8
-	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{Admitted: true, Remaining: 1}, false) // 9 of 10: near
-	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{}, false)
-	m.Limit("api", rule, "api|user=a", 1, &leaky.Result{}, true)
+	m.Limit("api", rule, "api|user=a", 1, &limit.Result{Admitted: true, Remaining: 2}, false) // 8 of 10 used: not past 0.8
+	m.Limit("api", rule, "api|user=a", 1, &limit.Result{Admitted: true, Remaining: 1}, false) // 9 of 10: near
+	m.Limit("api", rule, "api|user=a", 1, &limit.Result{}, false)
+	m.Limit("api", rule, "api|user=a", 1, &limit.Result{}, true)
 	m.WatchBuckets(func() int { return 7 }, func() int64 { return 700 }, func() uint64 { return 3 })
 
 	want := `

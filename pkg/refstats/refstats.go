@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -55,7 +55,7 @@ func (o *Observer) Call(_, _ string, took time.Duration) {
 
 // Limit counts one limit's decision: its hits, and whether they were over
 // the limit, near it or within it, and over it in shadow mode.
-func (o *Observer) Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *leaky.Result, shadow bool) {
+func (o *Observer) Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *limit.Result, shadow bool) {
 	if hits <= 0 {
 		return // a check, or hits given back: the reference counts neither
 	}

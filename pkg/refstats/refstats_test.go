@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // recording is a Sink that writes down what it is given.
@@ -62,13 +62,13 @@ func TestObserverNames(t *testing.T) {
 	rec := &recording{}
 	o := NewObserver(rec, 0.8)
 	trade := levels(t, "user=alice", "action=trade")
-	o.Limit("api", trade[0].Rule, trade[0].Key, 3, &leaky.Result{Admitted: true, Remaining: 7}, false)
-	o.Limit("api", trade[1].Rule, trade[1].Key, 3, &leaky.Result{Admitted: false}, false)
-	o.Limit("api", trade[1].Rule, trade[1].Key, 1, &leaky.Result{Admitted: false}, true)
-	o.Limit("api", trade[0].Rule, trade[0].Key, 1, &leaky.Result{Admitted: true, Remaining: 1}, false) // 9 of 10 used: near
-	o.Limit("api", trade[0].Rule, trade[0].Key, 0, &leaky.Result{Admitted: true}, false)               // a check: not counted
+	o.Limit("api", trade[0].Rule, trade[0].Key, 3, &limit.Result{Admitted: true, Remaining: 7}, false)
+	o.Limit("api", trade[1].Rule, trade[1].Key, 3, &limit.Result{Admitted: false}, false)
+	o.Limit("api", trade[1].Rule, trade[1].Key, 1, &limit.Result{Admitted: false}, true)
+	o.Limit("api", trade[0].Rule, trade[0].Key, 1, &limit.Result{Admitted: true, Remaining: 1}, false) // 9 of 10 used: near
+	o.Limit("api", trade[0].Rule, trade[0].Key, 0, &limit.Result{Admitted: true}, false)               // a check: not counted
 	h := levels(t, "header=x-user-id")
-	o.Limit("api", h[0].Rule, h[0].Key, 1, &leaky.Result{Admitted: true, Remaining: 0}, false)
+	o.Limit("api", h[0].Rule, h[0].Key, 1, &limit.Result{Admitted: true, Remaining: 0}, false)
 	o.Call("api", "OK", 1500*time.Microsecond)
 	o.Store("redis", "apply", 0, io.EOF)
 	o.ConfigReload(true)
@@ -176,8 +176,8 @@ func TestPrometheusNames(t *testing.T) {
 	}
 	o := NewObserver(p, 0.8)
 	trade := levels(t, "user=alice", "action=trade")
-	o.Limit("default/eg/http", trade[1].Rule, trade[1].Key, 2, &leaky.Result{}, false)
-	o.Limit("default/eg/http", trade[0].Rule, trade[0].Key, 2, &leaky.Result{Admitted: true, Remaining: 5}, false)
+	o.Limit("default/eg/http", trade[1].Rule, trade[1].Key, 2, &limit.Result{}, false)
+	o.Limit("default/eg/http", trade[0].Rule, trade[0].Key, 2, &limit.Result{Admitted: true, Remaining: 5}, false)
 	o.Call("default/eg/http", "OK", 3*time.Millisecond)
 	o.ConfigReload(false)
 	body := scrape(p)
@@ -210,8 +210,8 @@ func TestPrometheusNames(t *testing.T) {
 	}
 	o = NewObserver(p, 0.8)
 	h := levels(t, "header=x-user-id")
-	o.Limit("eg", trade[1].Rule, trade[1].Key, 1, &leaky.Result{}, false)
-	o.Limit("eg", h[0].Rule, h[0].Key, 1, &leaky.Result{}, false)
+	o.Limit("eg", trade[1].Rule, trade[1].Key, 1, &limit.Result{}, false)
+	o.Limit("eg", h[0].Rule, h[0].Key, 1, &limit.Result{}, false)
 	body = scrape(p)
 	for _, want := range []string{
 		`ratelimit_service_rate_limit_over_limit{domain="eg",key1="user",key2="action_trade"} 1`,

@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Buckets are the buckets some descriptors reach, and their state: the
@@ -57,7 +57,7 @@ type Reset struct {
 // reached resolves descriptors (each a list of entries) of a domain, as a
 // request of them would be checked, and returns the domain, each
 // descriptor's levels, and the distinct buckets of them all.
-func (s *Service) reached(domain string, descs [][]descriptors.Entry) (*descriptors.Domain, [][]descriptors.Level, []leaky.Bucket, error) {
+func (s *Service) reached(domain string, descs [][]descriptors.Entry) (*descriptors.Domain, [][]descriptors.Level, []limit.Bucket, error) {
 	req := &rlsv3.RateLimitRequest{Domain: domain}
 	for _, es := range descs {
 		d := &ratelimitv3.RateLimitDescriptor{}
@@ -75,14 +75,14 @@ func (s *Service) reached(domain string, descs [][]descriptors.Entry) (*descript
 		return nil, nil, nil, err
 	}
 	levels := make([][]descriptors.Level, len(descs))
-	var buckets []leaky.Bucket
+	var buckets []limit.Bucket
 	seen := map[string]bool{}
 	for i, es := range descs {
 		levels[i] = d.Resolve(es, nil, nil)
 		for _, l := range levels[i] {
 			if !seen[l.Key] {
 				seen[l.Key] = true
-				buckets = append(buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit})
+				buckets = append(buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit})
 			}
 		}
 	}
@@ -103,12 +103,12 @@ func (s *Service) Buckets(ctx context.Context, domain string, descs [][]descript
 	if !ok {
 		return nil, errNotInspectable
 	}
-	states := make([]leaky.State, len(buckets))
+	states := make([]limit.State, len(buckets))
 	at, err := ins.State(ctx, s.clock(), buckets, states)
 	if err != nil {
 		return nil, &storeError{err: err}
 	}
-	byKey := make(map[string]leaky.State, len(buckets))
+	byKey := make(map[string]limit.State, len(buckets))
 	for i, b := range buckets {
 		byKey[b.Key] = states[i]
 	}
@@ -129,11 +129,11 @@ func (s *Service) Buckets(ctx context.Context, domain string, descs [][]descript
 
 // bucketStatus reports a level's bucket in state st at now: a peek for
 // what it holds, one hit for whether one more fits.
-func bucketStatus(l descriptors.Level, st leaky.State, at time.Time) BucketStatus {
+func bucketStatus(l descriptors.Level, st limit.State, at time.Time) BucketStatus {
 	lim := l.Rule.Limit
-	peek := leaky.Decide(st, lim, at, 0)
+	peek := limit.Decide(st, lim, at, 0)
 	st.Counts = slices.Clone(st.Counts) // a sliding window's hit is charged in place
-	one := leaky.Decide(st, lim, at, 1)
+	one := limit.Decide(st, lim, at, 1)
 	b := BucketStatus{Key: l.Key, Path: l.Rule.Path, Label: l.Rule.Label(), Limit: l.Rule.Describe(),
 		Clear: peek.Clear.String(), AdmitsOne: one.Admitted}
 	if peek.Admitted {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // overLimitCache remembers, for a while, the buckets the store found over
@@ -175,7 +175,7 @@ func fromCache(cache *overLimitCache, w *work, now time.Time) bool {
 		}
 		if e, ok := cache.get(b.Key, b.Hits, now); ok {
 			hit, w.skipped[i] = true, false
-			w.results[i] = leaky.Result{Reset: e.reset.Sub(now), Clear: max(0, e.clear.Sub(now))}
+			w.results[i] = limit.Result{Reset: e.reset.Sub(now), Clear: max(0, e.clear.Sub(now))}
 		}
 	}
 	if !hit {

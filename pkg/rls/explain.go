@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Inspector is a store whose buckets can be read without charging them,
@@ -19,7 +19,7 @@ import (
 type Inspector interface {
 	// State returns the stored state of each bucket, changing nothing,
 	// and the instant it is for (now, or the store's own clock).
-	State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error)
+	State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error)
 	// Reset empties the buckets with these keys.
 	Reset(ctx context.Context, keys []string) error
 }
@@ -218,7 +218,7 @@ func explainable(cfg *descriptors.Config, c caps, req *rlsv3.RateLimitRequest) (
 // without charging anything: every descriptor's walk, each level's bucket
 // and its state, the status of each descriptor, the overall code and the
 // headers. The buckets are read from the store (State) and decided with
-// leaky.DecideAll, as Apply decides them.
+// limit.DecideAll, as Apply decides them.
 func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Explanation, error) {
 	g := s.config.Load()
 	var cfg *descriptors.Config
@@ -238,12 +238,12 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 	if err := s.caps.checkBuckets(len(w.buckets)); err != nil {
 		return nil, err
 	}
-	states := make([]leaky.State, len(w.buckets))
+	states := make([]limit.State, len(w.buckets))
 	at, err := ins.State(ctx, s.clock(), w.buckets, states)
 	if err != nil {
 		return nil, &storeError{err: err}
 	}
-	leaky.DecideAll(states, w.buckets, at, w.results)
+	limit.DecideAll(states, w.buckets, at, w.results)
 	resp := s.response(d, w, false)
 
 	e := explain(d, req, w, walks)

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
@@ -199,11 +199,11 @@ func TestExplainChargesNothing(t *testing.T) {
 	ctx := context.Background()
 	req := request("shop", desc("user=alice", "path=/cart/1"), desc("endpoint=/reports"))
 	svc.ShouldRateLimit(ctx, req)
-	buckets := []leaky.Bucket{
-		{Key: "shop|user=alice"}, {Key: "shop|user=alice|path=/cart/1|#fw1m", Limit: leaky.Limit{Algorithm: leaky.FixedWindow}},
+	buckets := []limit.Bucket{
+		{Key: "shop|user=alice"}, {Key: "shop|user=alice|path=/cart/1|#fw1m", Limit: limit.Limit{Algorithm: limit.FixedWindow}},
 		{Key: "shop|user=alice|path=/cart/1"}, {Key: "shop|endpoint=/reports"}}
-	read := func() []leaky.State {
-		states := make([]leaky.State, len(buckets))
+	read := func() []limit.State {
+		states := make([]limit.State, len(buckets))
 		if _, err := store.State(ctx, c.now, buckets, states); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestExplainChargesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if after := read(); !slices.EqualFunc(before, after, leaky.State.Equal) {
+	if after := read(); !slices.EqualFunc(before, after, limit.State.Equal) {
 		t.Errorf("explanations changed the buckets from %+v to %+v", before, after)
 	}
 }
@@ -507,7 +507,7 @@ func TestExplainOffline(t *testing.T) {
 // charging says so (501 over HTTP), charging nothing.
 func TestExplainNeedsAnInspector(t *testing.T) {
 	applied := false
-	store := storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { applied = true; return nil })
+	store := storeFunc(func(context.Context, time.Time, []limit.Bucket, []limit.Result) error { applied = true; return nil })
 	svc, _ := newService(t, Options{Store: store})
 	_, err := svc.Explain(context.Background(), request("api", desc("user=a")))
 	if status.Code(grpcStatus(err)) != codes.Unimplemented || applied {

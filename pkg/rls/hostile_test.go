@@ -15,20 +15,20 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // recordingStore records the buckets of each call and admits everything.
 type recordingStore struct {
 	calls   atomic.Int64
-	buckets [][]leaky.Bucket
+	buckets [][]limit.Bucket
 }
 
-func (s *recordingStore) Apply(_ context.Context, _ time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *recordingStore) Apply(_ context.Context, _ time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	s.calls.Add(1)
-	s.buckets = append(s.buckets, append([]leaky.Bucket(nil), buckets...))
+	s.buckets = append(s.buckets, append([]limit.Bucket(nil), buckets...))
 	for i := range buckets {
-		results[i] = leaky.Result{Admitted: true, Remaining: 1}
+		results[i] = limit.Result{Admitted: true, Remaining: 1}
 	}
 	return nil
 }
@@ -238,7 +238,7 @@ descriptors:
             leaky_bucket: {size: 1, drip_rate: 1s}
   - key: c
 `
-	override := &descriptors.Rule{Limit: leaky.Limit{Size: 1, DripRate: time.Second, DripSize: 1}}
+	override := &descriptors.Rule{Limit: limit.Limit{Size: 1, DripRate: time.Second, DripSize: 1}}
 	keys, values := []string{"a", "b", "c", "d"}, []string{"", "x", "xy", "z"}
 	checked := 0
 	for _, match := range []string{"all", "leaf"} {
@@ -275,7 +275,7 @@ descriptors:
 // that is stopped (not down) makes a call wait.
 type hungStore struct{ deadline atomic.Pointer[time.Time] }
 
-func (s *hungStore) Apply(ctx context.Context, _ time.Time, _ []leaky.Bucket, _ []leaky.Result) error {
+func (s *hungStore) Apply(ctx context.Context, _ time.Time, _ []limit.Bucket, _ []limit.Result) error {
 	if dl, ok := ctx.Deadline(); ok {
 		s.deadline.Store(&dl)
 	}
@@ -456,9 +456,9 @@ func TestCacheHotPathAllocates(t *testing.T) {
 // admitStore admits everything and records nothing.
 type admitStore struct{}
 
-func (admitStore) Apply(_ context.Context, _ time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (admitStore) Apply(_ context.Context, _ time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	for i := range buckets {
-		results[i] = leaky.Result{Admitted: true, Remaining: 1}
+		results[i] = limit.Result{Admitted: true, Remaining: 1}
 	}
 	return nil
 }

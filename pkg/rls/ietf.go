@@ -9,7 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // The IETF httpapi draft's fields (draft-ietf-httpapi-ratelimit-headers-10,
@@ -92,8 +92,8 @@ func roundUpSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) 
 
 // policyWindow is a policy's window in whole seconds (at least 1): a
 // window's length, or how long a full bucket takes to drain.
-func policyWindow(l leaky.Limit) int64 {
-	if l.Algorithm == leaky.SlidingWindow || l.Algorithm == leaky.FixedWindow {
+func policyWindow(l limit.Limit) int64 {
+	if l.Algorithm == limit.SlidingWindow || l.Algorithm == limit.FixedWindow {
 		return max(1, roundUpSeconds(l.Window))
 	}
 	drips := max(1, (l.Size+l.DripSize-1)/max(l.DripSize, 1))

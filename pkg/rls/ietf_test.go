@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 func TestIETFHeaders(t *testing.T) {
@@ -45,15 +45,15 @@ func TestPolicyNames(t *testing.T) {
 
 func TestPolicyWindow(t *testing.T) {
 	for _, c := range []struct {
-		l    leaky.Limit
+		l    limit.Limit
 		want int64
 	}{
-		{leaky.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, 60}, // 100/minute
-		{leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 3}, 4},
-		{leaky.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, 1},
-		{leaky.Limit{Size: leaky.MaxSize, DripRate: leaky.MaxDripRate, DripSize: 1}, 9223372036},
-		{leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 5, Window: time.Hour, Resolution: time.Minute}, 3600},
-		{leaky.Limit{Algorithm: leaky.FixedWindow, Size: 5, Window: 1500 * time.Millisecond}, 2},
+		{limit.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, 60}, // 100/minute
+		{limit.Limit{Size: 10, DripRate: time.Second, DripSize: 3}, 4},
+		{limit.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, 1},
+		{limit.Limit{Size: limit.MaxSize, DripRate: limit.MaxDripRate, DripSize: 1}, 9223372036},
+		{limit.Limit{Algorithm: limit.SlidingWindow, Size: 5, Window: time.Hour, Resolution: time.Minute}, 3600},
+		{limit.Limit{Algorithm: limit.FixedWindow, Size: 5, Window: 1500 * time.Millisecond}, 2},
 	} {
 		if got := policyWindow(c.l); got != c.want {
 			t.Errorf("%v: %d, want %d", c.l, got, c.want)

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Observer receives what the service's metrics count. Its methods are
@@ -19,7 +19,7 @@ type Observer interface {
 	// Limit is one level of a decided descriptor: its rule, its bucket
 	// key, the hits the descriptor asked for and the bucket's result.
 	// shadow says the level could not reject.
-	Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *leaky.Result, shadow bool)
+	Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *limit.Result, shadow bool)
 	// Store is one call of the store: which store (its name: "memory",
 	// "redis", "fallback"), what for (StoreApply, StorePeek), how long it
 	// took, and its error.
@@ -53,7 +53,7 @@ func storeName(st Store) string {
 type noObserver struct{}
 
 func (noObserver) Call(string, string, time.Duration)                                  {}
-func (noObserver) Limit(string, *descriptors.Rule, string, int64, *leaky.Result, bool) {}
+func (noObserver) Limit(string, *descriptors.Rule, string, int64, *limit.Result, bool) {}
 func (noObserver) Store(string, string, time.Duration, error)                          {}
 func (noObserver) CacheHit()                                                           {}
 func (noObserver) FailureAnswer(FailureMode)                                           {}
@@ -69,7 +69,7 @@ func (os observers) Call(domain, outcome string, took time.Duration) {
 	}
 }
 
-func (os observers) Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *leaky.Result, shadow bool) {
+func (os observers) Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *limit.Result, shadow bool) {
 	for _, o := range os {
 		o.Limit(domain, rule, key, hits, r, shadow)
 	}

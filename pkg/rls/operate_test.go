@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
@@ -35,7 +35,7 @@ func (r *recorder) Call(domain, outcome string, _ time.Duration) {
 	r.calls = append(r.calls, domain+" "+outcome)
 }
 
-func (r *recorder) Limit(domain string, rule *descriptors.Rule, key string, _ int64, res *leaky.Result, shadow bool) {
+func (r *recorder) Limit(domain string, rule *descriptors.Rule, key string, _ int64, res *limit.Result, shadow bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.limits = append(r.limits, fmt.Sprintf("%s %s admitted=%v shadow=%v", domain, rule.MetricLabel(key), res.Admitted, shadow))
@@ -105,7 +105,7 @@ func TestObserverStoreOps(t *testing.T) {
 }
 
 func failingStore(err error) Store {
-	return storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { return err })
+	return storeFunc(func(context.Context, time.Time, []limit.Bucket, []limit.Result) error { return err })
 }
 
 func TestFailureModes(t *testing.T) {
@@ -139,7 +139,7 @@ func TestFailureModes(t *testing.T) {
 }
 
 func TestStoreTimeout(t *testing.T) {
-	stuck := storeFunc(func(ctx context.Context, _ time.Time, _ []leaky.Bucket, _ []leaky.Result) error {
+	stuck := storeFunc(func(ctx context.Context, _ time.Time, _ []limit.Bucket, _ []limit.Result) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})
@@ -173,7 +173,7 @@ type countingStore struct {
 	calls atomic.Int64
 }
 
-func (c *countingStore) Apply(ctx context.Context, now time.Time, b []leaky.Bucket, r []leaky.Result) error {
+func (c *countingStore) Apply(ctx context.Context, now time.Time, b []limit.Bucket, r []limit.Result) error {
 	c.calls.Add(1)
 	return c.Store.Apply(ctx, now, b, r)
 }
@@ -289,7 +289,7 @@ func TestOverLimitCacheOfAnOldConfig(t *testing.T) {
 	var block atomic.Bool
 	decided, resume := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int64
-	store := storeFunc(func(ctx context.Context, now time.Time, b []leaky.Bucket, r []leaky.Result) error {
+	store := storeFunc(func(ctx context.Context, now time.Time, b []limit.Bucket, r []limit.Result) error {
 		calls.Add(1)
 		err := mem.Apply(ctx, now, b, r)
 		if block.Load() {

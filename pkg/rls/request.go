@@ -9,7 +9,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // The default request caps. A legitimate Envoy request carries a few
@@ -101,30 +101,30 @@ func (c caps) validate(req *rlsv3.RateLimitRequest) error {
 
 // overrideUnits maps the units of a limit sent by Envoy (envoy.type.v3,
 // which has no WEEK) to leaky units.
-var overrideUnits = map[typev3.RateLimitUnit]leaky.Unit{
-	typev3.RateLimitUnit_SECOND: leaky.Second,
-	typev3.RateLimitUnit_MINUTE: leaky.Minute,
-	typev3.RateLimitUnit_HOUR:   leaky.Hour,
-	typev3.RateLimitUnit_DAY:    leaky.Day,
-	typev3.RateLimitUnit_MONTH:  leaky.Month,
-	typev3.RateLimitUnit_YEAR:   leaky.Year,
+var overrideUnits = map[typev3.RateLimitUnit]limit.Unit{
+	typev3.RateLimitUnit_SECOND: limit.Second,
+	typev3.RateLimitUnit_MINUTE: limit.Minute,
+	typev3.RateLimitUnit_HOUR:   limit.Hour,
+	typev3.RateLimitUnit_DAY:    limit.Day,
+	typev3.RateLimitUnit_MONTH:  limit.Month,
+	typev3.RateLimitUnit_YEAR:   limit.Year,
 }
 
 // responseUnits maps leaky units to the response's enum, whose WEEK is 7.
 var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
-	leaky.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
-	leaky.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
-	leaky.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
-	leaky.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
-	leaky.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
-	leaky.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
-	leaky.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
+	limit.Second: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	limit.Minute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	limit.Hour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	limit.Day:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	limit.Week:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	limit.Month:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	limit.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
 // overrideRule turns a validated limit sent by Envoy into a rule, translated
 // as a rate_limit of its domain's files is: to the domain's algorithm.
-func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, algo leaky.Algorithm) *descriptors.Rule {
-	rate := leaky.Rate{
+func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, algo limit.Algorithm) *descriptors.Rule {
+	rate := limit.Rate{
 		RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit:            overrideUnits[o.GetUnit()],
 		Multiplier:      o.GetUnitMultiplier().GetValue(),

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // allOK answers a request that no limit applies to.
@@ -155,7 +155,7 @@ type verdict struct {
 	bindingClear time.Duration
 }
 
-func (v *verdict) add(rule *descriptors.Rule, r *leaky.Result) {
+func (v *verdict) add(rule *descriptors.Rule, r *limit.Result) {
 	if !v.limited {
 		v.limited, v.remaining = true, math.MaxInt64
 	}

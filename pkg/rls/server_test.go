@@ -18,7 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // serve starts the real gRPC server for svc on a loopback port and returns
@@ -136,7 +136,7 @@ func TestEndToEndConcurrentAdmissionsAreExact(t *testing.T) {
 }
 
 func TestEndToEndHealthAndPanics(t *testing.T) {
-	panicking := storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error {
+	panicking := storeFunc(func(context.Context, time.Time, []limit.Bucket, []limit.Result) error {
 		panic("store bug")
 	})
 	svc, _ := newService(t, Options{Store: panicking})

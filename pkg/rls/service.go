@@ -13,18 +13,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Store keeps the buckets. Apply decides every bucket of one request
-// atomically with the all-or-nothing rule of leaky.DecideAll: results[i] is
+// atomically with the all-or-nothing rule of limit.DecideAll: results[i] is
 // the outcome for buckets[i]. now is the service's clock; a store with a
 // clock of its own (Redis) may use that instead. An error means nothing was
 // decided. The keys of one call are distinct, and there are never more
 // than MaxDescriptors × MaxEntries of them (caps.buckets): a request that
 // would reach more is refused before the store is asked.
 type Store interface {
-	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error
 }
 
 // Headers selects the response headers the service adds.

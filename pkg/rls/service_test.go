@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // step is one call at t0+at and its rendered response.
@@ -167,9 +167,9 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 // storeFunc adapts a function to the Store interface.
-type storeFunc func(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+type storeFunc func(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error
 
-func (f storeFunc) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (f storeFunc) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	return f(ctx, now, buckets, results)
 }
 
@@ -190,7 +190,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 		{fmt.Errorf("i/o on 10.1.2.3:6379: %w", os.ErrDeadlineExceeded), "did not answer in time"},
 		{errors.New("WRONGPASS invalid password hunter2 for 10.1.2.3:6379"), "rate-limit store unavailable"},
 	} {
-		failing := storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error { return c.err })
+		failing := storeFunc(func(context.Context, time.Time, []limit.Bucket, []limit.Result) error { return c.err })
 		svc, _ := newService(t, Options{Store: failing})
 		_, err := svc.ShouldRateLimit(context.Background(), request("api", desc("user=a")))
 		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), c.want) {
@@ -206,7 +206,7 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 
 func TestDeadlineIsHonoured(t *testing.T) {
 	called := false
-	store := storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error {
+	store := storeFunc(func(context.Context, time.Time, []limit.Bucket, []limit.Result) error {
 		called = true
 		return nil
 	})
@@ -228,7 +228,7 @@ func TestDeadlineIsHonoured(t *testing.T) {
 
 func TestStoreErrorAfterDeadlineIsDeadlineExceeded(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	store := storeFunc(func(ctx context.Context, _ time.Time, _ []leaky.Bucket, _ []leaky.Result) error {
+	store := storeFunc(func(ctx context.Context, _ time.Time, _ []limit.Bucket, _ []limit.Result) error {
 		cancel() // the call ends while the store works
 		return ctx.Err()
 	})
@@ -239,7 +239,7 @@ func TestStoreErrorAfterDeadlineIsDeadlineExceeded(t *testing.T) {
 }
 
 func TestNoConfigAnswersOK(t *testing.T) {
-	svc, err := New(Options{Store: storeFunc(func(context.Context, time.Time, []leaky.Bucket, []leaky.Result) error {
+	svc, err := New(Options{Store: storeFunc(func(context.Context, time.Time, []limit.Bucket, []limit.Result) error {
 		return errors.New("must not be called")
 	})})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // apply asks the store to decide the request's buckets, within its budget
@@ -20,7 +20,7 @@ func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
 
 // call asks the store, within its budget; op says what for (StoreApply,
 // StorePeek).
-func (s *Service) call(ctx context.Context, now time.Time, op string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Service) call(ctx context.Context, now time.Time, op string, buckets []limit.Bucket, results []limit.Result) error {
 	if s.storeTimeout > 0 {
 		budget := storeBudget(ctx, s.storeTimeout, s.margin)
 		if budget <= 0 {
@@ -128,7 +128,7 @@ func (s *Service) peekUnanswered(ctx context.Context, now time.Time, w *work) {
 	if len(peek) == 0 {
 		return
 	}
-	buckets, results := make([]leaky.Bucket, len(peek)), make([]leaky.Result, len(peek))
+	buckets, results := make([]limit.Bucket, len(peek)), make([]limit.Result, len(peek))
 	for n, k := range peek {
 		buckets[n] = w.buckets[k]
 		buckets[n].Hits = 0

@@ -8,7 +8,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // work is the scratch space of one request, reused across requests.
@@ -17,8 +17,8 @@ type work struct {
 	levels   []descriptors.Level
 	starts   []int // levels of descriptor i: levels[starts[i]:starts[i+1]]
 	bucketOf []int // bucket index of each level
-	buckets  []leaky.Bucket
-	results  []leaky.Result
+	buckets  []limit.Bucket
+	results  []limit.Result
 	skipped  []bool         // buckets not decided: the cache rejected the request first
 	index    map[string]int // bucket of each key, once there are more than scanBuckets
 	// unlimited marks the allow-listed descriptors, answered with the
@@ -133,7 +133,7 @@ func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
 		w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
 		return i
 	}
-	w.buckets = append(w.buckets, leaky.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
+	w.buckets = append(w.buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
 	i := len(w.buckets) - 1
 	switch {
 	case i == scanBuckets:

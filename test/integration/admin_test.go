@@ -23,7 +23,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
@@ -85,10 +85,10 @@ func adminOnStore(t *testing.T, svc *rls.Service, store *redis.Store) {
 	if got := call(); got != "OK" {
 		t.Fatalf("first call: %s", got)
 	}
-	buckets := []leaky.Bucket{{Key: "api|v=1"}, {Key: "api|v=1|w=1"}, {Key: "api|user=alice"}, {Key: "api|user=alice|action=trade"}}
-	stored := func() []leaky.State {
+	buckets := []limit.Bucket{{Key: "api|v=1"}, {Key: "api|v=1|w=1"}, {Key: "api|user=alice"}, {Key: "api|user=alice|action=trade"}}
+	stored := func() []limit.State {
 		t.Helper()
-		states := make([]leaky.State, len(buckets))
+		states := make([]limit.State, len(buckets))
 		if _, err := store.State(ctx, time.Now(), buckets, states); err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func adminOnStore(t *testing.T, svc *rls.Service, store *redis.Store) {
 			t.Errorf("explained at %q (%v): not the Redis server's time", e.At, err)
 		}
 	}
-	if after := stored(); !slices.EqualFunc(before, after, leaky.State.Equal) {
+	if after := stored(); !slices.EqualFunc(before, after, limit.State.Equal) {
 		t.Fatalf("explanations changed the buckets from %+v to %+v", before, after)
 	}
 	if got := call(); got != "OVER_LIMIT" {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
@@ -130,9 +130,9 @@ func TestTransactionsRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	l := leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
-	buckets := []leaky.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}, {Key: "api|user=a|action=b", Limit: l, Hits: 1}}
-	results := make([]leaky.Result, 2)
+	l := limit.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
+	buckets := []limit.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}, {Key: "api|user=a|action=b", Limit: l, Hits: 1}}
+	results := make([]limit.Result, 2)
 	roundTrips := &countingTrips{}
 	c.AddHook(roundTrips)
 	// The first call also opens the connection (HELLO, CLIENT SETINFO).
@@ -176,13 +176,13 @@ func TestMemoryPerBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	l := leaky.Limit{Size: 60, DripRate: time.Second, DripSize: 1}
-	results := make([]leaky.Result, 2)
+	l := limit.Limit{Size: 60, DripRate: time.Second, DripSize: 1}
+	results := make([]limit.Result, 2)
 	ctx := context.Background()
 	const users = 1000
 	for i := range users {
 		user := fmt.Sprintf("api|user=u%06d", i)
-		buckets := []leaky.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=trade", Limit: l, Hits: 1}}
+		buckets := []limit.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=trade", Limit: l, Hits: 1}}
 		if err := store.Apply(ctx, time.Now(), buckets, results); err != nil {
 			t.Fatal(err)
 		}
@@ -209,15 +209,15 @@ func TestMemoryPerSlidingWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 1000, Window: time.Hour, Resolution: time.Minute}
+	l := limit.Limit{Algorithm: limit.SlidingWindow, Size: 1000, Window: time.Hour, Resolution: time.Minute}
 	ctx := context.Background()
 	now := time.Now().Truncate(time.Minute)
-	results := make([]leaky.Result, 1)
+	results := make([]limit.Result, 1)
 	var perKey []float64
 	for _, counted := range []int{1, 10, 60} {
 		const users = 500
 		for i := range users {
-			b := []leaky.Bucket{{Key: fmt.Sprintf("api|user=u%06d|#sw1h/1m~%d", i, counted), Limit: l, Hits: 1}}
+			b := []limit.Bucket{{Key: fmt.Sprintf("api|user=u%06d|#sw1h/1m~%d", i, counted), Limit: l, Hits: 1}}
 			for m := range counted { // a hit in each of the first sub-windows
 				if err := store.Apply(ctx, now.Add(time.Duration(m)*time.Minute), b, results); err != nil || !results[0].Admitted {
 					t.Fatalf("%v, %+v", err, results[0])

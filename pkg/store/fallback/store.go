@@ -15,16 +15,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
 // Primary is the shared store.
 type Primary interface {
-	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error
 	// State reads buckets without charging them, and Reset empties them
 	// (see the memory store's methods of the same names).
-	State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error)
+	State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error)
 	Reset(ctx context.Context, keys []string) error
 	Check(ctx context.Context) error
 	Close() error
@@ -67,7 +67,7 @@ func (s *Store) Name() string { return "fallback" }
 
 // Apply decides on Primary; when Primary fails (not when the call itself
 // has ended), it switches to the local store and decides there.
-func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	if l := s.local.Load(); l != nil {
 		return l.Apply(ctx, now, buckets, results)
 	}
@@ -155,7 +155,7 @@ func (s *Store) toPrimary() {
 // State reads the buckets where requests are decided: on the local store
 // while falling back, else on Primary. It never switches: a failed read
 // is an error.
-func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
 	if l := s.local.Load(); l != nil {
 		return l.State(ctx, now, buckets, states)
 	}

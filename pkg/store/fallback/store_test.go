@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
@@ -23,13 +23,13 @@ type primary struct {
 
 var errDown = errors.New("connection refused")
 
-func (p *primary) Apply(ctx context.Context, _ time.Time, _ []leaky.Bucket, results []leaky.Result) error {
+func (p *primary) Apply(ctx context.Context, _ time.Time, _ []limit.Bucket, results []limit.Result) error {
 	p.calls.Add(1)
 	if p.down.Load() {
 		return errDown
 	}
 	for i := range results {
-		results[i] = leaky.Result{Admitted: true, Remaining: 42}
+		results[i] = limit.Result{Admitted: true, Remaining: 42}
 	}
 	return nil
 }
@@ -41,7 +41,7 @@ func (p *primary) Check(context.Context) error {
 	return nil
 }
 
-func (p *primary) State(_ context.Context, now time.Time, _ []leaky.Bucket, states []leaky.State) (time.Time, error) {
+func (p *primary) State(_ context.Context, now time.Time, _ []limit.Bucket, states []limit.State) (time.Time, error) {
 	if p.down.Load() {
 		return now, errDown
 	}
@@ -65,11 +65,11 @@ func TestSwitching(t *testing.T) {
 	s := New(p, Options{Logger: slog.New(slog.DiscardHandler), OnSwitch: func(local bool) { switches = append(switches, local) }})
 	defer s.Close()
 	ctx := context.Background()
-	l := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
-	apply := func() leaky.Result {
+	l := limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	apply := func() limit.Result {
 		t.Helper()
-		r := make([]leaky.Result, 1)
-		if err := s.Apply(ctx, time.Now(), []leaky.Bucket{{Key: "k", Limit: l, Hits: 1}}, r); err != nil {
+		r := make([]limit.Result, 1)
+		if err := s.Apply(ctx, time.Now(), []limit.Bucket{{Key: "k", Limit: l, Hits: 1}}, r); err != nil {
 			t.Fatal(err)
 		}
 		return r[0]
@@ -118,8 +118,8 @@ func TestEndedCallDoesNotSwitch(t *testing.T) {
 	s := New(p, Options{Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := make([]leaky.Result, 1)
-	if err := s.Apply(ctx, time.Now(), []leaky.Bucket{{Key: "k", Limit: leaky.Limit{Size: 1, DripRate: time.Second, DripSize: 1}, Hits: 1}}, r); err == nil {
+	r := make([]limit.Result, 1)
+	if err := s.Apply(ctx, time.Now(), []limit.Bucket{{Key: "k", Limit: limit.Limit{Size: 1, DripRate: time.Second, DripSize: 1}, Hits: 1}}, r); err == nil {
 		t.Fatal("a call that had ended was answered")
 	}
 	if s.Local() {
@@ -130,7 +130,7 @@ func TestEndedCallDoesNotSwitch(t *testing.T) {
 // slowPrimary answers only when the call has ended.
 type slowPrimary struct{ primary }
 
-func (p *slowPrimary) Apply(ctx context.Context, _ time.Time, _ []leaky.Bucket, _ []leaky.Result) error {
+func (p *slowPrimary) Apply(ctx context.Context, _ time.Time, _ []limit.Bucket, _ []limit.Result) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -143,8 +143,8 @@ func TestSlowPrimaryLeavesTimeToDecideLocally(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 	defer cancel()
-	r := make([]leaky.Result, 1)
-	b := []leaky.Bucket{{Key: "k", Limit: leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
+	r := make([]limit.Result, 1)
+	b := []limit.Bucket{{Key: "k", Limit: limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
 	if err := s.Apply(ctx, time.Now(), b, r); err != nil {
 		t.Fatalf("a slow primary within the call's deadline: %v, want a local answer", err)
 	}
@@ -161,11 +161,11 @@ func TestLocalStoreBoundedInBytes(t *testing.T) {
 	const bound = 1 << 20
 	s := New(p, Options{Local: memory.Options{MaxBytes: bound}, Logger: slog.New(slog.DiscardHandler)})
 	defer s.Close()
-	l := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
-	r := make([]leaky.Result, 1)
+	l := limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	r := make([]limit.Result, 1)
 	for i := range 10_000 {
 		key := fmt.Sprintf("api|user=%01000d", i)
-		if err := s.Apply(context.Background(), time.Now(), []leaky.Bucket{{Key: key, Limit: l, Hits: 1}}, r); err != nil {
+		if err := s.Apply(context.Background(), time.Now(), []limit.Bucket{{Key: key, Limit: l, Hits: 1}}, r); err != nil {
 			t.Fatal(err)
 		}
 		if !r[0].Admitted {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // BenchmarkApply decides requests of two buckets on 10000 keys that hold
@@ -14,19 +14,19 @@ import (
 func BenchmarkApply(b *testing.B) {
 	s, _ := New(newRemote(), Options{Interval: time.Hour})
 	defer s.Close()
-	big := leaky.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	big := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
 	keys := make([]string, 10000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("api|user=u%d", i)
 	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		res := make([]leaky.Result, 2)
+		res := make([]limit.Result, 2)
 		i := 0
 		for pb.Next() {
 			i++
 			k := keys[i%len(keys)]
-			bs := []leaky.Bucket{{Key: k, Limit: big, Hits: 1}, {Key: k + "|action=a", Limit: big, Hits: 1}}
+			bs := []limit.Bucket{{Key: k, Limit: big, Hits: 1}, {Key: k + "|action=a", Limit: big, Hits: 1}}
 			if err := s.Apply(context.Background(), time.Now(), bs, res); err != nil {
 				b.Fatal(err)
 			}

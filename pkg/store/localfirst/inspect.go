@@ -5,7 +5,7 @@ import (
 	"hash/maphash"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Name is the store's name in metrics and traces: "localfirst".
@@ -13,7 +13,7 @@ func (s *Store) Name() string { return "localfirst" }
 
 // State returns the buckets as Redis holds them: the units leased to
 // replicas, used or not, count as charged there. It changes nothing.
-func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
 	return s.remote.State(ctx, now, buckets, states)
 }
 
@@ -57,7 +57,7 @@ func (s *Store) forget(keys []string) {
 		if e := sh.m[k]; e != nil {
 			// The units were charged to a bucket that is gone: using them
 			// would admit past the limit of the new one.
-			e.lease, e.stale, e.dry, e.global = 0, 0, false, leaky.State{}
+			e.lease, e.stale, e.dry, e.global = 0, 0, false, limit.State{}
 			e.forgot = e.busy != nil
 		}
 		sh.mu.Unlock()

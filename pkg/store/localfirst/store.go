@@ -31,16 +31,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // Remote is the Redis store underneath: leases, and exact decisions for
 // requests whose buckets the local table has no room for.
 type Remote interface {
-	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error
 	LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error)
-	State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error)
+	State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error)
 	Reset(ctx context.Context, keys []string) error
 	WatchResets(ctx context.Context, forget func(keys []string))
 	Check(ctx context.Context) error
@@ -105,13 +105,13 @@ type shard struct {
 
 // entry is one bucket as this replica knows it.
 type entry struct {
-	limit leaky.Limit
+	limit limit.Limit
 	// lease is the units this replica may admit without asking Redis;
 	// leasedAt is Redis's time of the grant they came from.
 	lease, leasedAt int64
 	// global is the bucket on Redis after the last grant, for the figures
 	// a response reports.
-	global leaky.State
+	global limit.State
 	// demand is the hits asked for since the last sync (admitted or not),
 	// prev those of the interval before: what the next lease is sized by.
 	demand, prev int64
@@ -174,7 +174,7 @@ const maxRounds = 3
 // asked). A request with a bucket the local table has no room for, or
 // that gives hits back, is decided on Redis, exactly. An error means Redis
 // was needed and did not answer; nothing is charged then.
-func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	select {
 	case <-s.stop:
 		return ErrClosed
@@ -223,7 +223,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 		refused := false
 		for i, b := range buckets {
 			e := entries[i]
-			if e.busy == nil || e.limit.Algorithm == leaky.FixedWindow {
+			if e.busy == nil || e.limit.Algorithm == limit.FixedWindow {
 				// A fixed window's units end with it even while a call
 				// is out: its answer leaves an ended lease alone.
 				s.expire(e, rnow)
@@ -297,7 +297,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 
 // entry returns the entry of bucket b, made if new; an error if the table
 // is full.
-func (s *Store) entry(sh *shard, b leaky.Bucket) (*entry, error) {
+func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
 	e := sh.m[b.Key]
 	if e != nil && e.limit == b.Limit {
 		return e, nil
@@ -334,7 +334,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 		return
 	}
 	switch e.limit.Algorithm {
-	case leaky.SlidingWindow:
+	case limit.SlidingWindow:
 		usable := max(e.limit.Sliding().Resolution.Microseconds(), s.interval.Microseconds())
 		if rnow-e.leasedAt >= usable {
 			if e.stale > 0 && e.staleAt != e.leasedAt {
@@ -344,7 +344,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 			e.stale, e.staleAt = e.stale+e.lease, e.leasedAt
 			e.lease = 0
 		}
-	case leaky.FixedWindow:
+	case limit.FixedWindow:
 		win := e.limit.Fixed().Window.Microseconds()
 		if floorDiv(rnow, win) > floorDiv(e.leasedAt, win) {
 			// Ended. (A window after rnow's is one Redis answered in
@@ -358,14 +358,14 @@ func (s *Store) expire(e *entry, rnow int64) {
 // when Redis has answered, and what to ask it: what the request lacks, and
 // at least twice the bucket's demand so far (a leaky bucket: or a
 // sixteenth of its room), so that a bucket in demand needs few calls.
-func (s *Store) askMore(buckets []leaky.Bucket, entries []*entry, short []int) (chan struct{}, []redis.Lease) {
+func (s *Store) askMore(buckets []limit.Bucket, entries []*entry, short []int) (chan struct{}, []redis.Lease) {
 	ch := make(chan struct{})
 	leases := make([]redis.Lease, len(short))
 	for j, i := range short {
 		b, e := buckets[i], entries[i]
 		e.busy = ch
 		want := max(b.Hits, 2*(max(e.demand, e.prev)+b.Hits))
-		if b.Limit.Algorithm == leaky.LeakyBucket {
+		if b.Limit.Algorithm == limit.LeakyBucket {
 			want = max(want, (b.Limit.Size-e.global.Counter)/headroom)
 		}
 		want -= e.lease
@@ -428,17 +428,17 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 
 // report is the result a bucket reports: its lease, and Redis's state as
 // last learnt, dripped to now, for what the others hold.
-func (s *Store) report(e *entry, b leaky.Bucket, rnow int64, admitted bool) leaky.Result {
+func (s *Store) report(e *entry, b limit.Bucket, rnow int64, admitted bool) limit.Result {
 	global := e.global
-	if b.Limit.Algorithm == leaky.SlidingWindow {
+	if b.Limit.Algorithm == limit.SlidingWindow {
 		// Redis reports a sliding window's count, not its counts: as if
 		// all in its newest sub-window, which leaves last.
-		global = leaky.State{Counter: global.Counter, Timestamp: global.Timestamp, Counts: []int64{global.Counter}}
+		global = limit.State{Counter: global.Counter, Timestamp: global.Timestamp, Counts: []int64{global.Counter}}
 	}
 	at := time.UnixMicro(rnow)
 	own := b.Hits <= e.lease
 	if own {
-		r := leaky.Decide(global, b.Limit, at, 0)
+		r := limit.Decide(global, b.Limit, at, 0)
 		r.Admitted = true
 		left := e.lease // what stays, with Redis's room, if it is not charged
 		if admitted {
@@ -448,10 +448,10 @@ func (s *Store) report(e *entry, b leaky.Bucket, rnow int64, admitted bool) leak
 		return r
 	}
 	// Not enough leased: when would Redis have room for what is lacking?
-	r := leaky.Decide(global, b.Limit, at, b.Hits-e.lease)
+	r := limit.Decide(global, b.Limit, at, b.Hits-e.lease)
 	r.Admitted = own
 	r.Remaining = 0
-	if b.Limit.Algorithm == leaky.SlidingWindow {
+	if b.Limit.Algorithm == limit.SlidingWindow {
 		// Its counts are not known here: when Redis said it would have room.
 		r.Reset = time.Duration(e.roomAt-rnow) * time.Microsecond
 	}

@@ -13,36 +13,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
-// remote is a Remote kept in process by leaky.Lease and leaky.DecideAll,
+// remote is a Remote kept in process by limit.Lease and limit.DecideAll,
 // for the store's own logic; test/integration runs the store on Redis.
 type remote struct {
 	mu      sync.Mutex
-	states  map[string]leaky.State
+	states  map[string]limit.State
 	leases  atomic.Int64 // LeaseAll calls
 	applies atomic.Int64
 	down    atomic.Bool
 }
 
-func newRemote() *remote { return &remote{states: map[string]leaky.State{}} }
+func newRemote() *remote { return &remote{states: map[string]limit.State{}} }
 
 var errDown = errors.New("down")
 
-func (r *remote) Apply(_ context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (r *remote) Apply(_ context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	if r.down.Load() {
 		return errDown
 	}
 	r.applies.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	states := make([]leaky.State, len(buckets))
+	states := make([]limit.State, len(buckets))
 	for i, b := range buckets {
 		states[i] = r.states[b.Key]
 	}
-	if leaky.DecideAll(states, buckets, now, results) {
+	if limit.DecideAll(states, buckets, now, results) {
 		for i, b := range buckets {
 			r.states[b.Key] = results[i].State
 		}
@@ -64,7 +64,7 @@ func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease
 		l := &leases[i]
 		st := r.states[l.Key]
 		st.Counts = slices.Clone(st.Counts)
-		g, res := leaky.Lease(st, l.Limit, now, l.Return, time.UnixMicro(l.At), l.Ask)
+		g, res := limit.Lease(st, l.Limit, now, l.Return, time.UnixMicro(l.At), l.Ask)
 		r.states[l.Key] = res.State
 		l.Granted, l.State = g, res.State
 	}
@@ -74,7 +74,7 @@ func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease
 	return now.UnixMicro(), nil
 }
 
-func (r *remote) State(_ context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+func (r *remote) State(_ context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, b := range buckets {
@@ -107,9 +107,9 @@ func newStore(t *testing.T, r Remote, interval time.Duration) *Store {
 	return s
 }
 
-func apply(t *testing.T, s *Store, now time.Time, bs ...leaky.Bucket) ([]leaky.Result, bool) {
+func apply(t *testing.T, s *Store, now time.Time, bs ...limit.Bucket) ([]limit.Result, bool) {
 	t.Helper()
-	res := make([]leaky.Result, len(bs))
+	res := make([]limit.Result, len(bs))
 	if err := s.Apply(context.Background(), now, bs, res); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func apply(t *testing.T, s *Store, now time.Time, bs ...leaky.Bucket) ([]leaky.R
 	return res, ok
 }
 
-var tenPerSecond = leaky.Limit{Size: 10, DripRate: 100 * time.Millisecond, DripSize: 1}
+var tenPerSecond = limit.Limit{Size: 10, DripRate: 100 * time.Millisecond, DripSize: 1}
 
 func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 	r := newRemote()
@@ -130,7 +130,7 @@ func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 	now := time.Now()
 	admitted := 0
 	for range 25 {
-		if _, ok := apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}); ok {
+		if _, ok := apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}); ok {
 			admitted++
 		}
 	}
@@ -139,7 +139,7 @@ func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 	}
 	// The bucket was found full: no more asking until the next sync.
 	calls := r.leases.Load()
-	apply(t, s, now.Add(time.Second), leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+	apply(t, s, now.Add(time.Second), limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	if r.leases.Load() != calls {
 		t.Fatal("asked Redis again before the next sync, after it had no room")
 	}
@@ -148,10 +148,10 @@ func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 func TestFewRedisCallsForManyRequests(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	big := leaky.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	big := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
 	now := time.Now()
 	for range 10000 {
-		if _, ok := apply(t, s, now, leaky.Bucket{Key: "a", Limit: big, Hits: 1}); !ok {
+		if _, ok := apply(t, s, now, limit.Bucket{Key: "a", Limit: big, Hits: 1}); !ok {
 			t.Fatal("rejected under a large limit")
 		}
 	}
@@ -164,13 +164,13 @@ func TestFewRedisCallsForManyRequests(t *testing.T) {
 func TestAllOrNothingWithinAReplica(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	one := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	one := limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
 	now := time.Now()
-	if _, ok := apply(t, s, now, leaky.Bucket{Key: "tight", Limit: one, Hits: 1}); !ok {
+	if _, ok := apply(t, s, now, limit.Bucket{Key: "tight", Limit: one, Hits: 1}); !ok {
 		t.Fatal("first request rejected")
 	}
-	wide := leaky.Bucket{Key: "wide", Limit: tenPerSecond, Hits: 1}
-	if _, ok := apply(t, s, now, wide, leaky.Bucket{Key: "tight", Limit: one, Hits: 1}); ok {
+	wide := limit.Bucket{Key: "wide", Limit: tenPerSecond, Hits: 1}
+	if _, ok := apply(t, s, now, wide, limit.Bucket{Key: "tight", Limit: one, Hits: 1}); ok {
 		t.Fatal("admitted past a full bucket")
 	}
 	// The rejected request charged nothing on "wide": all 10 are left.
@@ -186,7 +186,7 @@ func TestSyncGivesBackWhatIsNotUsed(t *testing.T) {
 	s := newStore(t, r, time.Hour)
 	now := time.Now()
 	for range 3 {
-		apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+		apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	}
 	// Held while idle for fewer than idleHold intervals...
 	s.sync(context.Background(), now, false) // the interval with demand
@@ -215,7 +215,7 @@ func TestCloseGivesEverythingBack(t *testing.T) {
 	}
 	now := time.Now()
 	for range 4 {
-		apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+		apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	}
 	s.Close()
 	if got := r.states["a"].Counter; got != 4 {
@@ -227,8 +227,8 @@ func TestRedisDownIsAnError(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
 	r.down.Store(true)
-	res := make([]leaky.Result, 1)
-	err := s.Apply(context.Background(), time.Now(), []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+	res := make([]limit.Result, 1)
+	err := s.Apply(context.Background(), time.Now(), []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
 	if err == nil {
 		t.Fatal("no error when a lease was needed and Redis is down")
 	}
@@ -242,11 +242,11 @@ func TestFullTableDecidesOnRedis(t *testing.T) {
 	}
 	defer s.Close()
 	now := time.Now()
-	apply(t, s, now, leaky.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
+	apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	if r.applies.Load() != 0 {
 		t.Fatal("a bucket the table had room for was decided on Redis")
 	}
-	apply(t, s, now, leaky.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})
+	apply(t, s, now, limit.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})
 	if r.applies.Load() != 1 {
 		t.Fatal("a bucket the table had no room for was not decided on Redis")
 	}
@@ -255,16 +255,16 @@ func TestFullTableDecidesOnRedis(t *testing.T) {
 func TestFixedWindowLeaseEndsWithItsWindow(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: time.Second}
+	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Second}
 	t0 := time.UnixMicro(1_800_000_000_500_000) // half way through a window
-	apply(t, s, t0, leaky.Bucket{Key: "w", Limit: l, Hits: 1})
+	apply(t, s, t0, limit.Bucket{Key: "w", Limit: l, Hits: 1})
 	held := s.shards[shardOf(s, "w")].m["w"].lease
 	if held == 0 {
 		t.Fatal("nothing leased")
 	}
 	// In the next window, the units of the last are no use: a new lease.
 	calls := r.leases.Load()
-	apply(t, s, t0.Add(time.Second), leaky.Bucket{Key: "w", Limit: l, Hits: 1})
+	apply(t, s, t0.Add(time.Second), limit.Bucket{Key: "w", Limit: l, Hits: 1})
 	if r.leases.Load() == calls {
 		t.Fatal("used a lease of a window that had ended")
 	}
@@ -302,20 +302,20 @@ func TestWaitsForAnotherRequestsCall(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 21)
 	wg.Go(func() {
-		res := make([]leaky.Result, 1)
-		errs <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+		res := make([]limit.Result, 1)
+		errs <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
 	})
 	for r.calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	for range 10 {
 		wg.Go(func() {
-			res := make([]leaky.Result, 2)
-			errs <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 0}, {Key: "b", Limit: tenPerSecond, Hits: 1}}, res)
+			res := make([]limit.Result, 2)
+			errs <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 0}, {Key: "b", Limit: tenPerSecond, Hits: 1}}, res)
 		})
 		wg.Go(func() {
-			res := make([]leaky.Result, 2)
-			errs <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "b", Limit: tenPerSecond, Hits: 1}, {Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+			res := make([]limit.Result, 2)
+			errs <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "b", Limit: tenPerSecond, Hits: 1}, {Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
 		})
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -336,11 +336,11 @@ func TestWaitsForAnotherRequestsCall(t *testing.T) {
 func TestConcurrentNeverAdmitsPastTheLimit(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	limits := map[string]leaky.Limit{
+	limits := map[string]limit.Limit{
 		"a": {Size: 50, DripRate: 1000 * time.Hour, DripSize: 1},
 		"b": {Size: 80, DripRate: 1000 * time.Hour, DripSize: 1},
-		"c": {Algorithm: leaky.FixedWindow, Size: 60, Window: 1000 * time.Hour},
-		"d": {Algorithm: leaky.SlidingWindow, Size: 70, Window: 1000 * time.Hour, Resolution: 100 * time.Hour},
+		"c": {Algorithm: limit.FixedWindow, Size: 60, Window: 1000 * time.Hour},
+		"d": {Algorithm: limit.SlidingWindow, Size: 70, Window: 1000 * time.Hour, Resolution: 100 * time.Hour},
 	}
 	keys := []string{"a", "b", "c", "d"}
 	var admitted [4]atomic.Int64
@@ -351,13 +351,13 @@ func TestConcurrentNeverAdmitsPastTheLimit(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for range 2000 {
 				n := 1 + rng.IntN(3)
-				var bs []leaky.Bucket
+				var bs []limit.Bucket
 				var idx []int
 				for _, k := range rng.Perm(4)[:n] {
-					bs = append(bs, leaky.Bucket{Key: keys[k], Limit: limits[keys[k]], Hits: int64(rng.IntN(3)), Shadow: rng.IntN(8) == 0})
+					bs = append(bs, limit.Bucket{Key: keys[k], Limit: limits[keys[k]], Hits: int64(rng.IntN(3)), Shadow: rng.IntN(8) == 0})
 					idx = append(idx, k)
 				}
-				res := make([]leaky.Result, n)
+				res := make([]limit.Result, n)
 				if err := s.Apply(context.Background(), now, bs, res); err != nil {
 					t.Error(err)
 					return
@@ -394,16 +394,16 @@ func TestConcurrentNeverAdmitsPastTheLimit(t *testing.T) {
 func TestResetAdmitsAgain(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	one := leaky.Limit{Size: 2, DripRate: time.Hour, DripSize: 1}
+	one := limit.Limit{Size: 2, DripRate: time.Hour, DripSize: 1}
 	now := time.Now()
-	b := leaky.Bucket{Key: "a", Limit: one, Hits: 1}
+	b := limit.Bucket{Key: "a", Limit: one, Hits: 1}
 	apply(t, s, now, b)
 	apply(t, s, now, b)
 	if _, ok := apply(t, s, now, b); ok {
 		t.Fatal("admitted past the limit")
 	}
-	states := make([]leaky.State, 1)
-	if _, err := s.State(context.Background(), now, []leaky.Bucket{b}, states); err != nil || states[0].Counter != 2 {
+	states := make([]limit.State, 1)
+	if _, err := s.State(context.Background(), now, []limit.Bucket{b}, states); err != nil || states[0].Counter != 2 {
 		t.Fatalf("state %+v, %v; want the 2 charged", states[0], err)
 	}
 	if err := s.Reset(context.Background(), []string{"a"}); err != nil {
@@ -427,9 +427,9 @@ func TestResetAdmitsAgain(t *testing.T) {
 func TestStaleUnitsGoBackToTheirSubWindow(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
+	l := limit.Limit{Algorithm: limit.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
 	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour)
-	b := leaky.Bucket{Key: "w", Limit: l, Hits: 1}
+	b := limit.Bucket{Key: "w", Limit: l, Hits: 1}
 	for i := range 3 {
 		// Each step, an hour and a minute on: the units of the step before
 		// expire, and one is admitted.
@@ -491,10 +491,10 @@ func TestUnitsGivenBackAreNotUsed(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	a := newStore(t, r, time.Hour)
 	b := newStore(t, r.remote, time.Hour)
-	l := leaky.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
 	now := time.Now()
 	admitted := int64(0)
-	if _, ok := apply(t, a, now, leaky.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
+	if _, ok := apply(t, a, now, limit.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
 		admitted += 5
 	}
 	for range idleHold {
@@ -502,10 +502,10 @@ func TestUnitsGivenBackAreNotUsed(t *testing.T) {
 	}
 	// Idle for idleHold intervals: this sync gives back the 5 units held.
 	release := holdSync(r, a, now)
-	res := make([]leaky.Result, 1)
+	res := make([]limit.Result, 1)
 	applied := make(chan error, 1)
 	go func() {
-		applied <- a.Apply(context.Background(), now, []leaky.Bucket{{Key: "k", Limit: l, Hits: 5}}, res)
+		applied <- a.Apply(context.Background(), now, []limit.Bucket{{Key: "k", Limit: l, Hits: 5}}, res)
 	}()
 	select {
 	case err := <-applied:
@@ -522,7 +522,7 @@ func TestUnitsGivenBackAreNotUsed(t *testing.T) {
 	if res[0].Admitted {
 		admitted += 5
 	}
-	if _, ok := apply(t, b, now, leaky.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
+	if _, ok := apply(t, b, now, limit.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
 		admitted += 5
 	}
 	if admitted > l.Size {
@@ -537,12 +537,12 @@ func TestUnitsGivenBackAreNotUsed(t *testing.T) {
 func TestReloadDuringASync(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
-	old := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: 1000 * time.Hour}
-	reloaded := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 50, Window: 1000 * time.Hour}
+	old := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: 1000 * time.Hour}
+	reloaded := limit.Limit{Algorithm: limit.FixedWindow, Size: 50, Window: 1000 * time.Hour}
 	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
 	admitted := int64(0)
-	try := func(l leaky.Limit, hits int64) {
-		if _, ok := apply(t, s, now, leaky.Bucket{Key: "k", Limit: l, Hits: hits}); ok {
+	try := func(l limit.Limit, hits int64) {
+		if _, ok := apply(t, s, now, limit.Bucket{Key: "k", Limit: l, Hits: hits}); ok {
 			admitted += hits
 		}
 	}
@@ -551,9 +551,9 @@ func TestReloadDuringASync(t *testing.T) {
 	try(old, 1)
 	release := holdSync(r, s, now) // gives back 19, asks for 2
 	applied := make(chan error, 1)
-	res := make([]leaky.Result, 1)
+	res := make([]limit.Result, 1)
 	go func() {
-		applied <- s.Apply(context.Background(), now, []leaky.Bucket{{Key: "k", Limit: reloaded, Hits: 1}}, res)
+		applied <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "k", Limit: reloaded, Hits: 1}}, res)
 	}()
 	time.Sleep(20 * time.Millisecond) // the request waits for the sync
 	release()
@@ -583,13 +583,13 @@ func TestRedisDownIsAnErrorForEveryWaiter(t *testing.T) {
 	g := make(chan struct{})
 	r.gate.Store(&g)
 	now := time.Now()
-	b := []leaky.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}
+	b := []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}
 	errs := make(chan error, 2)
-	go func() { errs <- s.Apply(context.Background(), now, b, make([]leaky.Result, 1)) }()
+	go func() { errs <- s.Apply(context.Background(), now, b, make([]limit.Result, 1)) }()
 	for r.calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	res := make([]leaky.Result, 1)
+	res := make([]limit.Result, 1)
 	go func() { errs <- s.Apply(context.Background(), now, b, res) }()
 	time.Sleep(20 * time.Millisecond) // the second waits for the first's call
 	r.gate.Store(nil)
@@ -609,13 +609,13 @@ func TestBurstOnANewBucket(t *testing.T) {
 	s := newStore(t, r, time.Hour)
 	g := make(chan struct{})
 	r.gate.Store(&g)
-	l := leaky.Limit{Size: 100, DripRate: 1000 * time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 100, DripRate: 1000 * time.Hour, DripSize: 1}
 	now := time.Now()
-	b := []leaky.Bucket{{Key: "a", Limit: l, Hits: 1}}
+	b := []limit.Bucket{{Key: "a", Limit: l, Hits: 1}}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	apply := func() {
-		res := make([]leaky.Result, 1)
+		res := make([]limit.Result, 1)
 		if err := s.Apply(context.Background(), now, b, res); err != nil {
 			t.Error(err)
 		}
@@ -645,12 +645,12 @@ func TestBurstOnANewBucket(t *testing.T) {
 func TestRefundMakesNoMoreRoomThanExactly(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
 	now := time.Now()
-	apply(t, s, now, leaky.Bucket{Key: "a", Limit: l, Hits: -100})
+	apply(t, s, now, limit.Bucket{Key: "a", Limit: l, Hits: -100})
 	admitted := 0
 	for range 200 {
-		if _, ok := apply(t, s, now, leaky.Bucket{Key: "a", Limit: l, Hits: 1}); ok {
+		if _, ok := apply(t, s, now, limit.Bucket{Key: "a", Limit: l, Hits: 1}); ok {
 			admitted++
 		}
 	}
@@ -667,7 +667,7 @@ func TestRefundMakesNoMoreRoomThanExactly(t *testing.T) {
 func TestBusyUntilTheLastAnswer(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
+	l := limit.Limit{Algorithm: limit.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
 	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour)
 	busy := make(chan struct{})
 	e := &entry{limit: l, lease: 5, leasedAt: t0.Add(time.Hour).UnixMicro(), busy: busy}
@@ -695,17 +695,17 @@ func TestBusyUntilTheLastAnswer(t *testing.T) {
 func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: time.Hour}
+	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Hour}
 	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour).Add(time.Minute)
 	next := t0.Add(time.Hour)
-	apply(t, s, t0, leaky.Bucket{Key: "k", Limit: l, Hits: 10}) // holds 10 more
+	apply(t, s, t0, limit.Bucket{Key: "k", Limit: l, Hits: 10}) // holds 10 more
 	release := holdSync(r, s, t0.Add(58*time.Minute))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			res := make([]leaky.Result, 1)
-			if err := s.Apply(context.Background(), next, []leaky.Bucket{{Key: "k", Limit: l, Hits: 1}}, res); err != nil {
+			res := make([]limit.Result, 1)
+			if err := s.Apply(context.Background(), next, []limit.Bucket{{Key: "k", Limit: l, Hits: 1}}, res); err != nil {
 				t.Error(err)
 			}
 			if res[0].Admitted {
@@ -734,12 +734,12 @@ func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 func TestFixedWindowLeaseOfTheNextWindowIsKept(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 100, Window: time.Hour}
+	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Hour}
 	end := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour).Add(time.Hour)
 	before, after := end.Add(-time.Millisecond), end.Add(time.Millisecond)
 	call := func(key string, now time.Time) {
-		res := make([]leaky.Result, 1)
-		if err := s.Apply(context.Background(), now, []leaky.Bucket{{Key: key, Limit: l, Hits: 1}}, res); err != nil {
+		res := make([]limit.Result, 1)
+		if err := s.Apply(context.Background(), now, []limit.Bucket{{Key: key, Limit: l, Hits: 1}}, res); err != nil {
 			t.Error(err)
 		}
 		if !res[0].Admitted {
@@ -802,11 +802,11 @@ func (r *answeredRemote) LeaseAll(ctx context.Context, now time.Time, leases []r
 func TestResetDuringACall(t *testing.T) {
 	r := &answeredRemote{remote: newRemote(), ran: make(chan struct{}), release: make(chan struct{})}
 	s := newStore(t, r, time.Hour)
-	l := leaky.Limit{Algorithm: leaky.FixedWindow, Size: 10, Window: 1000 * time.Hour}
+	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 10, Window: 1000 * time.Hour}
 	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
 	first := make(chan bool)
 	go func() {
-		_, ok := apply(t, s, now, leaky.Bucket{Key: "k", Limit: l, Hits: 1})
+		_, ok := apply(t, s, now, limit.Bucket{Key: "k", Limit: l, Hits: 1})
 		first <- ok
 	}()
 	<-r.ran
@@ -819,7 +819,7 @@ func TestResetDuringACall(t *testing.T) {
 		admitted++
 	}
 	for range 30 {
-		if _, ok := apply(t, s, now, leaky.Bucket{Key: "k", Limit: l, Hits: 1}); ok {
+		if _, ok := apply(t, s, now, limit.Bucket{Key: "k", Limit: l, Hits: 1}); ok {
 			admitted++
 		}
 	}

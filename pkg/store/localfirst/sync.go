@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
@@ -109,7 +109,7 @@ func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
 	}
 	l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
 	switch {
-	case e.limit.Algorithm != leaky.LeakyBucket:
+	case e.limit.Algorithm != limit.LeakyBucket:
 		if e.prev > 0 || target == 0 {
 			// A window's lease is of one (sub-)window: all of it goes
 			// back, and what is wanted comes anew.
@@ -171,7 +171,7 @@ func (s *Store) target(e *entry) int64 {
 		return e.lease
 	}
 	t := 2 * e.prev
-	if e.limit.Algorithm == leaky.LeakyBucket {
+	if e.limit.Algorithm == limit.LeakyBucket {
 		t = max(t, (e.limit.Size-e.global.Counter)/headroom)
 	}
 	return t

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // BenchmarkApply decides a two-level request (user and user/action) over
@@ -18,16 +18,16 @@ func BenchmarkApply(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	l := leaky.Limit{Size: 1 << 30, DripRate: time.Microsecond, DripSize: 1}
-	reqs := make([][]leaky.Bucket, 10000)
+	l := limit.Limit{Size: 1 << 30, DripRate: time.Microsecond, DripSize: 1}
+	reqs := make([][]limit.Bucket, 10000)
 	for i := range reqs {
 		user := fmt.Sprintf("api|user=u%d", i)
-		reqs[i] = []leaky.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=trade", Limit: l, Hits: 1}}
+		reqs[i] = []limit.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=trade", Limit: l, Hits: 1}}
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		results := make([]leaky.Result, 2)
+		results := make([]limit.Result, 2)
 		i := 0
 		for pb.Next() {
 			if err := s.Apply(ctx, time.Now(), reqs[i%len(reqs)], results); err != nil {
@@ -43,12 +43,12 @@ func BenchmarkApply(b *testing.B) {
 // for keys like api|user=u123456|action=trade.
 func BenchmarkMemoryPerBucket(b *testing.B) {
 	const n = 200_000
-	l := leaky.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("api|user=u%06d|action=trade", i)
 	}
-	results := make([]leaky.Result, 1)
+	results := make([]limit.Result, 1)
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -58,7 +58,7 @@ func BenchmarkMemoryPerBucket(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, k := range keys {
-			s.Apply(context.Background(), t0, []leaky.Bucket{{Key: k, Limit: l, Hits: 1}}, results)
+			s.Apply(context.Background(), t0, []limit.Bucket{{Key: k, Limit: l, Hits: 1}}, results)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -84,8 +84,8 @@ func BenchmarkApplyEvicting(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("api|user=%01015d", i)
 	}
-	results := make([]leaky.Result, 1)
-	req := []leaky.Bucket{{Limit: leaky.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
+	results := make([]limit.Result, 1)
+	req := []limit.Bucket{{Limit: limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
 	for i := range keys {
 		req[0].Key = keys[i]
 		s.Apply(context.Background(), t0, req, results)

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
-var slow = leaky.Limit{Size: 10, DripRate: time.Hour, DripSize: 1} // buckets that stay
+var slow = limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1} // buckets that stay
 
 // keysOf returns a key maker for keys of exactly n bytes (n at least 16),
 // like api|user=000042.
@@ -25,9 +25,9 @@ func keysOf(n int) func(i int) string {
 // fill charges one bucket for each of n keys made by key(i).
 func fill(t testing.TB, s *Store, n int, key func(i int) string) {
 	t.Helper()
-	r := make([]leaky.Result, 1)
+	r := make([]limit.Result, 1)
 	for i := range n {
-		if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: key(i), Limit: slow, Hits: 1}}, r); err != nil {
+		if err := s.Apply(context.Background(), t0, []limit.Bucket{{Key: key(i), Limit: slow, Hits: 1}}, r); err != nil {
 			t.Fatal(err)
 		}
 		if !r[0].Admitted {
@@ -79,11 +79,11 @@ func TestMaxBytes(t *testing.T) {
 	}
 	// A request of new buckets in the full store evicts others, never its
 	// own: all four decide exactly, 10 requests admitted, the 11th not.
-	req := make([]leaky.Bucket, 4)
+	req := make([]limit.Bucket, 4)
 	for i := range req {
-		req[i] = leaky.Bucket{Key: long(200_000 + i), Limit: slow, Hits: 1}
+		req[i] = limit.Bucket{Key: long(200_000 + i), Limit: slow, Hits: 1}
 	}
-	r := make([]leaky.Result, len(req))
+	r := make([]limit.Result, len(req))
 	for i := range 11 {
 		if err := s.Apply(context.Background(), t0, req, r); err != nil {
 			t.Fatal(err)
@@ -108,7 +108,7 @@ func TestMaxBytes(t *testing.T) {
 // swept, evicted) takes its bytes with it.
 func TestBytesFollowBuckets(t *testing.T) {
 	s := newStore(t, Options{MaxBuckets: 2, Shards: 1, SweepInterval: -1})
-	l := leaky.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
+	l := limit.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
 	charge(t, s, t0, "abc", l)
 	charge(t, s, t0, "abcdef", l)
 	if got, want := s.Bytes(), int64(3+6+2*BucketOverhead); got != want {
@@ -122,8 +122,8 @@ func TestBytesFollowBuckets(t *testing.T) {
 		t.Fatalf("after an eviction: Bytes %d", b)
 	}
 	// A refund empties "abcdefgh": it is deleted.
-	r := make([]leaky.Result, 1)
-	if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: "abcdefgh", Limit: l, Hits: -1}}, r); err != nil {
+	r := make([]limit.Result, 1)
+	if err := s.Apply(context.Background(), t0, []limit.Bucket{{Key: "abcdefgh", Limit: l, Hits: -1}}, r); err != nil {
 		t.Fatal(err)
 	}
 	if s.Len() != 1 || s.Bytes() != int64(len(onlyKey(s)))+BucketOverhead {
@@ -170,8 +170,8 @@ func TestKeyLargerThanAShard(t *testing.T) {
 // bound and counts them as evicted.
 func TestRequestLargerThanTheStore(t *testing.T) {
 	s := newStore(t, Options{MaxBuckets: 1, SweepInterval: -1})
-	r := make([]leaky.Result, 3)
-	req := []leaky.Bucket{{Key: "a", Limit: slow, Hits: 1}, {Key: "b", Limit: slow, Hits: 1}, {Key: "c", Limit: slow, Hits: 1}}
+	r := make([]limit.Result, 3)
+	req := []limit.Bucket{{Key: "a", Limit: slow, Hits: 1}, {Key: "b", Limit: slow, Hits: 1}, {Key: "c", Limit: slow, Hits: 1}}
 	if err := s.Apply(context.Background(), t0, req, r); err != nil {
 		t.Fatal(err)
 	}
@@ -288,14 +288,14 @@ func procStatus(field string) int64 {
 // 35% of the heap it takes; and its bytes leave with it.
 func TestWindowBytes(t *testing.T) {
 	for _, subs := range []int{10, 60, 1000} {
-		l := leaky.Limit{Algorithm: leaky.SlidingWindow, Size: 100, Window: time.Duration(subs) * time.Minute, Resolution: time.Minute}
+		l := limit.Limit{Algorithm: limit.SlidingWindow, Size: 100, Window: time.Duration(subs) * time.Minute, Resolution: time.Minute}
 		s := newStore(t, Options{MaxBuckets: 1 << 30, MaxBytes: 1 << 40, SweepInterval: -1})
 		n := 2_000_000 / subs
 		key := keysOf(24)
 		before := heapAlloc()
-		r := make([]leaky.Result, 1)
+		r := make([]limit.Result, 1)
 		for i := range n {
-			if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: key(i), Limit: l, Hits: 1}}, r); err != nil || !r[0].Admitted {
+			if err := s.Apply(context.Background(), t0, []limit.Bucket{{Key: key(i), Limit: l, Hits: 1}}, r); err != nil || !r[0].Admitted {
 				t.Fatalf("window %d: %v, %+v", i, err, r[0])
 			}
 		}
@@ -307,7 +307,7 @@ func TestWindowBytes(t *testing.T) {
 			t.Errorf("%d sub-windows: a window takes %.0f bytes, the store counts %.0f: adjust WindowOverhead", subs, measured, counted)
 		}
 		// A refund empties a window: it goes, and its bytes with it.
-		if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: key(0), Limit: l, Hits: -1}}, r); err != nil {
+		if err := s.Apply(context.Background(), t0, []limit.Bucket{{Key: key(0), Limit: l, Hits: -1}}, r); err != nil {
 			t.Fatal(err)
 		}
 		if want := int64(n-1) * (24 + BucketOverhead + WindowOverhead + 8*int64(subs)); s.Bytes() != want {

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // State returns the stored state of each bucket at now, changing nothing:
@@ -15,7 +15,7 @@ import (
 // when the store holds none or it has expired. The buckets are read
 // together, as Apply would read them; the time returned is now. A sliding
 // window's counts are copied.
-func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
 	if err := ready(ctx, s); err != nil {
 		return now, err
 	}

@@ -3,7 +3,7 @@
 //
 // Buckets live in a fixed number of shards, each a map behind its own mutex.
 // A request locks the shards of all its buckets (in ascending order, so two
-// requests never deadlock), decides them with leaky.DecideAll and saves them,
+// requests never deadlock), decides them with limit.DecideAll and saves them,
 // so every request is atomic. Buckets expire once they would have drained,
 // and their number is bounded: when a shard is full, the bucket closest to
 // draining, of a few sampled, makes room (Redis's volatile-ttl policy).
@@ -21,7 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Options configure a Store. The zero value is usable.
@@ -199,10 +199,10 @@ var ErrClosed = errors.New("memory store is closed")
 func (s *Store) Name() string { return "memory" }
 
 // Apply decides the buckets of one request atomically, with the
-// all-or-nothing rule of leaky.DecideAll, and saves them if the request is
+// all-or-nothing rule of limit.DecideAll, and saves them if the request is
 // admitted. results must be as long as buckets. It fails only when ctx is done
 // or the store is closed, and then changes nothing.
-func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	var (
 		shardBuf [8]uint32
 		lockBuf  [8]uint32
-		stateBuf [8]leaky.State
+		stateBuf [8]limit.State
 	)
 	ids, locks := s.lock(buckets, shardBuf[:0], lockBuf[:0])
 	defer s.unlock(locks)
@@ -230,7 +230,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 	for i, b := range buckets {
 		states = append(states, s.shards[ids[i]].state(b, us))
 	}
-	if !leaky.DecideAll(states, buckets, now, results[:len(buckets)]) {
+	if !limit.DecideAll(states, buckets, now, results[:len(buckets)]) {
 		return nil // a rejected request changes nothing
 	}
 	for i, b := range buckets {
@@ -242,7 +242,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket
 // lock locks the shards of the buckets in ascending order, so that two
 // requests never deadlock, and returns each bucket's shard (appended to
 // ids) and the shards locked (appended to locks), for unlock.
-func (s *Store) lock(buckets []leaky.Bucket, ids, locks []uint32) ([]uint32, []uint32) {
+func (s *Store) lock(buckets []limit.Bucket, ids, locks []uint32) ([]uint32, []uint32) {
 	for _, b := range buckets {
 		id := uint32(maphash.String(s.seed, b.Key) & s.mask)
 		ids = append(ids, id)
@@ -263,13 +263,13 @@ func (s *Store) unlock(locks []uint32) {
 // state returns a bucket's state at now (Unix microseconds) in its locked
 // shard: empty if not held or expired. A sliding window's counts are the
 // shard's own, which a charge changes in place.
-func (sh *shard) state(b leaky.Bucket, now int64) leaky.State {
+func (sh *shard) state(b limit.Bucket, now int64) limit.State {
 	e, ok := sh.m[b.Key]
 	if !ok || e.expires <= now {
-		return leaky.State{}
+		return limit.State{}
 	}
-	st := leaky.State{Counter: e.counter, Timestamp: e.timestamp}
-	if b.Limit.Algorithm == leaky.SlidingWindow {
+	st := limit.State{Counter: e.counter, Timestamp: e.timestamp}
+	if b.Limit.Algorithm == limit.SlidingWindow {
 		st.Counts = sh.counts[b.Key]
 	}
 	return st
@@ -295,7 +295,7 @@ func (sh *shard) saveCounts(key string, counts []int64) {
 
 // save stores one decided bucket in its locked shard. request names the
 // buckets of the request being saved, which eviction must not pick.
-func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request []leaky.Bucket) {
+func (s *Store) save(sh *shard, key string, r limit.Result, now int64, request []limit.Bucket) {
 	if r.TTL <= 0 {
 		sh.delete(key) // empty: nothing to remember
 		return
@@ -333,7 +333,7 @@ func (s *Store) save(sh *shard, key string, r leaky.Result, now int64, request [
 // one that expires first: expired buckets go before live ones, and among live
 // ones the nearest to empty loses the least. It reports whether it removed
 // one.
-func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) bool {
+func (s *Store) evict(sh *shard, now int64, request []limit.Bucket) bool {
 	var (
 		victim  string
 		expires int64
@@ -360,7 +360,7 @@ func (s *Store) evict(sh *shard, now int64, request []leaky.Bucket) bool {
 	return found
 }
 
-func inRequest(key string, request []leaky.Bucket) bool {
+func inRequest(key string, request []limit.Bucket) bool {
 	for _, b := range request {
 		if b.Key == key {
 			return true

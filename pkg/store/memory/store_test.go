@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
 
@@ -35,10 +35,10 @@ func TestInspect(t *testing.T) {
 
 var t0 = storetest.T0
 
-func charge(t *testing.T, s *Store, now time.Time, key string, l leaky.Limit) leaky.Result {
+func charge(t *testing.T, s *Store, now time.Time, key string, l limit.Limit) limit.Result {
 	t.Helper()
-	r := make([]leaky.Result, 1)
-	if err := s.Apply(context.Background(), now, []leaky.Bucket{{Key: key, Limit: l, Hits: 1}}, r); err != nil {
+	r := make([]limit.Result, 1)
+	if err := s.Apply(context.Background(), now, []limit.Bucket{{Key: key, Limit: l, Hits: 1}}, r); err != nil {
 		t.Fatal(err)
 	}
 	return r[0]
@@ -46,7 +46,7 @@ func charge(t *testing.T, s *Store, now time.Time, key string, l leaky.Limit) le
 
 func TestBucketCountIsBounded(t *testing.T) {
 	s := newStore(t, Options{MaxBuckets: 64, Shards: 4, SweepInterval: -1})
-	l := leaky.Limit{Size: 5, DripRate: time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 5, DripRate: time.Hour, DripSize: 1}
 	for i := range 10000 {
 		charge(t, s, t0, fmt.Sprintf("flood|v=%d", i), l)
 	}
@@ -60,7 +60,7 @@ func TestBucketCountIsBounded(t *testing.T) {
 
 func TestEvictionPrefersBucketsNearEmpty(t *testing.T) {
 	s := newStore(t, Options{MaxBuckets: 8, Shards: 1, SweepInterval: -1})
-	l := leaky.Limit{Size: 100, DripRate: time.Second, DripSize: 1}
+	l := limit.Limit{Size: 100, DripRate: time.Second, DripSize: 1}
 	// A heavy user fills its bucket: it expires last.
 	for range 100 {
 		charge(t, s, t0, "heavy", l)
@@ -75,7 +75,7 @@ func TestEvictionPrefersBucketsNearEmpty(t *testing.T) {
 
 func TestSweepRemovesExpiredBuckets(t *testing.T) {
 	s := newStore(t, Options{SweepInterval: -1})
-	l := leaky.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
+	l := limit.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
 	charge(t, s, t0, "a", l)                     // expires at t0+2s
 	charge(t, s, t0.Add(10*time.Second), "b", l) // expires at t0+12s
 	if n := s.Sweep(t0.Add(2 * time.Second)); n != 1 {
@@ -90,7 +90,7 @@ func TestSweeperRunsInBackground(t *testing.T) {
 	now := t0
 	clock := func() time.Time { return now.Add(time.Hour) }
 	s := newStore(t, Options{SweepInterval: time.Millisecond, Clock: clock})
-	charge(t, s, now, "a", leaky.Limit{Size: 5, DripRate: time.Second, DripSize: 1})
+	charge(t, s, now, "a", limit.Limit{Size: 5, DripRate: time.Second, DripSize: 1})
 	deadline := time.Now().Add(5 * time.Second)
 	for s.Len() != 0 {
 		if time.Now().After(deadline) {
@@ -102,10 +102,10 @@ func TestSweeperRunsInBackground(t *testing.T) {
 
 func TestEmptyBucketsAreNotKept(t *testing.T) {
 	s := newStore(t, Options{SweepInterval: -1})
-	l := leaky.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
-	r := make([]leaky.Result, 1)
+	l := limit.Limit{Size: 5, DripRate: time.Second, DripSize: 1}
+	r := make([]limit.Result, 1)
 	// A peek at a bucket that does not exist stores nothing.
-	if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: "a", Limit: l}}, r); err != nil {
+	if err := s.Apply(context.Background(), t0, []limit.Bucket{{Key: "a", Limit: l}}, r); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Len(); n != 0 {
@@ -116,8 +116,8 @@ func TestEmptyBucketsAreNotKept(t *testing.T) {
 func TestClosedStoreFails(t *testing.T) {
 	s := newStore(t, Options{})
 	s.Close()
-	r := make([]leaky.Result, 1)
-	if err := s.Apply(context.Background(), t0, []leaky.Bucket{{Key: "a", Limit: leaky.Limit{Size: 1, DripRate: time.Second, DripSize: 1}, Hits: 1}}, r); err != ErrClosed {
+	r := make([]limit.Result, 1)
+	if err := s.Apply(context.Background(), t0, []limit.Bucket{{Key: "a", Limit: limit.Limit{Size: 1, DripRate: time.Second, DripSize: 1}, Hits: 1}}, r); err != ErrClosed {
 		t.Fatalf("Apply after Close: got %v, want ErrClosed", err)
 	}
 }

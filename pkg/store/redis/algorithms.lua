@@ -1,7 +1,7 @@
 -- envoy-rls: the decisions, prepended (after state.lua) to the scripts that
 -- decide: decide.lua and lease.lua.
 --
--- A port of the decisions leaky.DecideAll calls (pkg/leaky): leaky.decide
+-- A port of the decisions limit.DecideAll calls (pkg/limit): leaky.decide
 -- for a leaky bucket, window.Sliding and window.Fixed (pkg/window) for the
 -- windows. Lua numbers are doubles; every value stays at or below 2^53,
 -- where doubles are exact integers, as in the Go code.

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // batcher decides the requests of concurrent calls whose buckets share a
@@ -38,9 +38,9 @@ type queued struct {
 	ctx     context.Context
 	at      int64 // time to decide at, or -1 for Redis's
 	keys    []string
-	buckets []leaky.Bucket
-	results []leaky.Result // the batcher's own: written into dst if the caller still waits
-	dst     []leaky.Result
+	buckets []limit.Bucket
+	results []limit.Result // the batcher's own: written into dst if the caller still waits
+	dst     []limit.Result
 
 	mu        sync.Mutex
 	abandoned bool // the caller's call ended: dst is no longer ours
@@ -58,8 +58,8 @@ func newBatcher(s *Store, limit int) *batcher {
 // submit queues a request and waits for its answer or the end of ctx. A
 // request abandoned at the end of ctx may still be decided, and charge:
 // the lost reply of the package documentation.
-func (b *batcher) submit(ctx context.Context, slot uint16, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
-	q := &queued{ctx: ctx, at: at, keys: keys, buckets: buckets, results: make([]leaky.Result, len(buckets)), dst: results,
+func (b *batcher) submit(ctx context.Context, slot uint16, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
+	q := &queued{ctx: ctx, at: at, keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
 		answer: make(chan error, 1)}
 	b.mu.Lock()
 	if b.closed {

@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // TestBatchedCallerThatLeaves: a caller whose deadline passes while Redis
@@ -23,15 +23,15 @@ func TestBatchedCallerThatLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
-	bucket := []leaky.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}}
-	results := []leaky.Result{{Remaining: -42}}
+	l := limit.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
+	bucket := []limit.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}}
+	results := []limit.Result{{Remaining: -42}}
 	if err := s.Apply(context.Background(), time.Now(), bucket, results); err != nil || results[0].Remaining != 9 {
 		t.Fatalf("before: %+v, %v", results[0], err)
 	}
 
 	srv.Pause()
-	results[0] = leaky.Result{Remaining: -42}
+	results[0] = limit.Result{Remaining: -42}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	err = s.Apply(ctx, time.Now(), bucket, results)
 	cancel()
@@ -52,7 +52,7 @@ func TestBatchedCallerThatLeaves(t *testing.T) {
 	// Close tells the callers still waiting.
 	srv.Pause()
 	done := make(chan error, 1)
-	go func() { done <- s.Apply(context.Background(), time.Now(), bucket, make([]leaky.Result, 1)) }()
+	go func() { done <- s.Apply(context.Background(), time.Now(), bucket, make([]limit.Result, 1)) }()
 	time.Sleep(100 * time.Millisecond)
 	go s.Close()
 	select {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // BenchmarkApply decides two-level requests over 10000 users on a real
@@ -24,18 +24,18 @@ func BenchmarkApply(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			l := leaky.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+			l := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
 			const users = 10000
-			requests := make([][]leaky.Bucket, users)
+			requests := make([][]limit.Bucket, users)
 			for i := range requests {
 				user := fmt.Sprintf("api|user=u%d", i)
-				requests[i] = []leaky.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=a1", Limit: l, Hits: 1}}
+				requests[i] = []limit.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=a1", Limit: l, Hits: 1}}
 			}
 			b.SetParallelism(32) // requests waiting on Redis at once, as in a busy service
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				results := make([]leaky.Result, 2)
+				results := make([]limit.Result, 2)
 				i := 0
 				for pb.Next() {
 					i = (i + 7919) % users

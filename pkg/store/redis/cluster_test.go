@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
 
@@ -39,7 +39,7 @@ func TestClusterMatchesMemory(t *testing.T) {
 
 			rng := rand.New(rand.NewPCG(3, 4))
 			type spec struct {
-				limit  leaky.Limit
+				limit  limit.Limit
 				shadow bool
 			}
 			keys := map[string]spec{}
@@ -47,7 +47,7 @@ func TestClusterMatchesMemory(t *testing.T) {
 			for _, user := range []string{"a", "b", "c", "d"} {
 				for _, action := range []string{"", "|x=1", "|x=2"} {
 					key := "api|u=" + user + action
-					keys[key] = spec{leaky.Limit{Size: int64(2 + rng.IntN(6)), DripRate: time.Duration(1+rng.IntN(5)) * 100 * time.Millisecond, DripSize: 1}, rng.IntN(6) == 0}
+					keys[key] = spec{limit.Limit{Size: int64(2 + rng.IntN(6)), DripRate: time.Duration(1+rng.IntN(5)) * 100 * time.Millisecond, DripSize: 1}, rng.IntN(6) == 0}
 					names = append(names, key)
 				}
 			}
@@ -55,7 +55,7 @@ func TestClusterMatchesMemory(t *testing.T) {
 			slotsSeen := 0
 			for round := range 1500 {
 				now = now.Add(time.Duration(rng.IntN(150)) * time.Millisecond)
-				var buckets []leaky.Bucket
+				var buckets []limit.Bucket
 				used := map[string]bool{}
 				for range 1 + rng.IntN(4) {
 					k := names[rng.IntN(len(names))]
@@ -64,13 +64,13 @@ func TestClusterMatchesMemory(t *testing.T) {
 					}
 					used[k] = true
 					hits := []int64{1, 1, 1, 2, 0, -1, -3}[rng.IntN(7)]
-					buckets = append(buckets, leaky.Bucket{Key: k, Limit: keys[k].limit, Hits: hits, Shadow: keys[k].shadow})
+					buckets = append(buckets, limit.Bucket{Key: k, Limit: keys[k].limit, Hits: hits, Shadow: keys[k].shadow})
 				}
 				if !sameSlot(redisKeys(store, buckets)) {
 					slotsSeen++
 				}
-				got := make([]leaky.Result, len(buckets))
-				want := make([]leaky.Result, len(buckets))
+				got := make([]limit.Result, len(buckets))
+				want := make([]limit.Result, len(buckets))
 				if err := store.Apply(ctx, now, buckets, got); err != nil {
 					t.Fatalf("round %d: %v", round, err)
 				}
@@ -90,7 +90,7 @@ func TestClusterMatchesMemory(t *testing.T) {
 	}
 }
 
-func redisKeys(s *Store, buckets []leaky.Bucket) []string {
+func redisKeys(s *Store, buckets []limit.Bucket) []string {
 	keys := make([]string, len(buckets))
 	for i, b := range buckets {
 		keys[i] = redisKey(s.keyPrefix, b.Key)
@@ -98,7 +98,7 @@ func redisKeys(s *Store, buckets []leaky.Bucket) []string {
 	return keys
 }
 
-func describe(buckets []leaky.Bucket) string {
+func describe(buckets []limit.Bucket) string {
 	var parts []string
 	for _, b := range buckets {
 		parts = append(parts, fmt.Sprintf("%s%+d", b.Key, b.Hits))
@@ -123,14 +123,14 @@ func neverRetries(t *testing.T, cl *redistest.Cluster, p Pipeline, bucket string
 		t.Fatal(err)
 	}
 	defer s.Close()
-	l := leaky.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
-	b := []leaky.Bucket{{Key: bucket, Limit: l}}
-	res := make([]leaky.Result, 1)
+	l := limit.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
+	b := []limit.Bucket{{Key: bucket, Limit: l}}
+	res := make([]limit.Result, 1)
 	if err := s.Apply(ctx, time.Now(), b, res); err != nil { // a peek: loads the script
 		t.Fatal(err)
 	}
 	// Idle connections to the node, for retries to go out on at once.
-	parallel(make([]int, 8), func(int) { s.Apply(ctx, time.Now(), b, make([]leaky.Result, 1)) })
+	parallel(make([]int, 8), func(int) { s.Apply(ctx, time.Now(), b, make([]limit.Result, 1)) })
 	key := redisKey(s.keyPrefix, b[0].Key)
 	node := masterOf(t, cl, key)
 	// Keep the node busy well past the read timeout.

@@ -11,7 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // BenchmarkRedisCost measures what Redis spends per request (its own CPU,
@@ -33,7 +33,7 @@ func BenchmarkRedisCost(b *testing.B) {
 	defer c.Close()
 	cs := &clients{conn: c}
 	const users, batch = 10000, 32
-	l := leaky.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	l := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
 	floor := newScript(`redis.call('TIME')
 for i = 1, #KEYS do
   redis.call('GET', KEYS[i])
@@ -51,8 +51,8 @@ return {0}`)
 			user = (user + 7919) % users
 			u := fmt.Sprintf("{cost}api|user=u%d", user)
 			keys = append(keys, u, u+"|action=a1")
-			reqs[r] = scriptRequest{at: -1, results: make([]leaky.Result, 2),
-				buckets: []leaky.Bucket{{Key: u, Limit: l, Hits: 1}, {Key: u + "|action=a1", Limit: l, Hits: 1}}}
+			reqs[r] = scriptRequest{at: -1, results: make([]limit.Result, 2),
+				buckets: []limit.Bucket{{Key: u, Limit: l, Hits: 1}, {Key: u + "|action=a1", Limit: l, Hits: 1}}}
 		}
 		return keys, reqs
 	}

@@ -1,7 +1,7 @@
 -- envoy-rls: decide the buckets of one request, or of several in turn,
 -- each all or nothing.
 --
--- A port of leaky.DecideAll (pkg/leaky), on the decisions of
+-- A port of limit.DecideAll (pkg/limit), on the decisions of
 -- algorithms.lua, which is prepended to it with state.lua. Written for
 -- speed: Redis runs it for every request, so it creates no table per leaky
 -- bucket or fixed window and calls Redis only for TIME, a GET and a SET per
@@ -36,7 +36,7 @@
 local now = time_now(ARGV[1])
 local before = ARGV[2] == '1'
 
--- Each request: read every bucket, then decide them all (leaky.DecideAll),
+-- Each request: read every bucket, then decide them all (limit.DecideAll),
 -- then charge them, before the next request reads: a bucket two requests
 -- of the call share is decided for the second as the first left it. res
 -- holds 7 values per bucket; counters, stamps and (sliding windows) counts

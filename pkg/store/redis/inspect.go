@@ -9,7 +9,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // State returns the stored state of each bucket, changing nothing:
@@ -17,7 +17,7 @@ import (
 // says how it is stored), empty when Redis holds none. It returns the time
 // the states are for: the Redis server's (TIME, read with the buckets),
 // or now with CallerClock, as Apply would decide at.
-func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error) {
+func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
 	if s.closed.Load() {
 		return now, errClosed
 	}
@@ -33,7 +33,7 @@ func (s *Store) State(ctx context.Context, now time.Time, buckets []leaky.Bucket
 
 // read reads the buckets at keys into states, and the server's time unless
 // at (Unix microseconds) is given; it returns the time.
-func (s *Store) read(ctx context.Context, c *clients, at int64, keys []string, buckets []leaky.Bucket, states []leaky.State) (int64, error) {
+func (s *Store) read(ctx context.Context, c *clients, at int64, keys []string, buckets []limit.Bucket, states []limit.State) (int64, error) {
 	// One pipeline, whatever the slots: a Cluster client sends each read
 	// to its node. Reads need no atomicity across slots. Each command's
 	// error is looked at below: Pipelined's own is the first of them,

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/storetest"
 )
 
@@ -53,11 +53,11 @@ func TestStateOnServerClock(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	b := []leaky.Bucket{{Key: "api|u=a", Limit: leaky.Limit{Size: 5, DripRate: time.Hour, DripSize: 1}, Hits: 2}}
-	if err := s.Apply(ctx, time.Time{}, b, make([]leaky.Result, 1)); err != nil {
+	b := []limit.Bucket{{Key: "api|u=a", Limit: limit.Limit{Size: 5, DripRate: time.Hour, DripSize: 1}, Hits: 2}}
+	if err := s.Apply(ctx, time.Time{}, b, make([]limit.Result, 1)); err != nil {
 		t.Fatal(err)
 	}
-	states := make([]leaky.State, 1)
+	states := make([]limit.State, 1)
 	at, err := s.State(ctx, time.Time{}, b, states)
 	if err != nil {
 		t.Fatal(err)

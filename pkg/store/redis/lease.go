@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Lease is one bucket of a Store.Lease call: what a replica that decides
 // locally gives back and asks for, and what it gets.
 type Lease struct {
 	Key   string
-	Limit leaky.Limit
+	Limit limit.Limit
 	// Return is the units granted before and not used, given back; At is
 	// the Unix time in microseconds they were granted at (a window takes
 	// them from the (sub-)window they were charged to).
@@ -31,7 +31,7 @@ type Lease struct {
 	// State is set by Lease: the bucket afterwards. A window's Counter is
 	// its count at the time decided at, and its Timestamp the start of its
 	// current (sub-)window; its Counts are not returned.
-	State leaky.State
+	State limit.State
 	// Err is set by Lease when the call for this bucket's slot failed;
 	// nothing is granted then, and what it gave back may or may not have
 	// been taken.
@@ -45,7 +45,7 @@ const leaseFields = 4
 // buckets does not hold Redis for long at a time.
 const leaseChunk = 256
 
-// LeaseAll runs leaky.Lease on every bucket of leases, on Redis, in one
+// LeaseAll runs limit.Lease on every bucket of leases, on Redis, in one
 // script call per hash slot (and per leaseChunk buckets), each bucket on
 // its own: a bucket's grant does not depend on another's. It returns the
 // time Redis decided at (Unix microseconds; the latest, if several calls),
@@ -106,7 +106,7 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 		for j, i := range c.index {
 			v := vals[leaseFields*j:]
 			leases[i].Granted = v[0]
-			leases[i].State = leaky.State{Counter: v[1], Timestamp: v[2]}
+			leases[i].State = limit.State{Counter: v[1], Timestamp: v[2]}
 			leases[i].Wait = micros(v[3])
 			leases[i].Now = vals[len(vals)-1]
 		}

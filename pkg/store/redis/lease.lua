@@ -1,5 +1,5 @@
 -- envoy-rls: lease units of buckets to a replica that decides locally
--- (the local-first mode): leaky.Lease (pkg/leaky), for many buckets in one
+-- (the local-first mode): limit.Lease (pkg/limit), for many buckets in one
 -- call. Each bucket first gets back the units the replica did not use,
 -- then grants up to what the replica asks, as much as it has room for; a
 -- grant is charged like admitted hits.

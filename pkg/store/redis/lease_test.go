@@ -11,12 +11,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // TestLeaseScriptMatchesLease runs random buckets of every algorithm,
 // states, units given back and asked for through the lease script on a
-// real Redis and through leaky.Lease, and wants the same grants and stored
+// real Redis and through limit.Lease, and wants the same grants and stored
 // states that decide alike.
 func TestLeaseScriptMatchesLease(t *testing.T) {
 	srv := redistest.Start(t)
@@ -31,7 +31,7 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 	for round := range 300 {
 		now := time.UnixMicro(1_760_000_000_000_000 + rng.Int64N(1e12))
 		leases := make([]Lease, 1+rng.IntN(8))
-		states := make([]leaky.State, len(leases))
+		states := make([]limit.State, len(leases))
 		for i := range leases {
 			l := randomLimit(rng)
 			if rng.IntN(2) == 0 {
@@ -42,11 +42,11 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 				Return: pick(rng, 0, 0, 1, 3, l.Size, -1), At: at.UnixMicro(), Ask: pick(rng, 0, 1, 2, 10, l.Size, l.Size+1, -1)}
 			var stored string
 			switch l.Algorithm {
-			case leaky.SlidingWindow:
+			case limit.SlidingWindow:
 				stored = encodeWindow(randomSlidingState(rng, l, now))
-			case leaky.FixedWindow:
+			case limit.FixedWindow:
 				win := l.Window.Microseconds()
-				stored = encodeState(leaky.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win})
+				stored = encodeState(limit.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win})
 			default:
 				stored = encodeState(randomState(rng, l, now))
 			}
@@ -66,17 +66,17 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 		for i, ls := range leases {
 			st := states[i]
 			st.Counts = slices.Clone(st.Counts)
-			granted, want := leaky.Lease(st, ls.Limit, now, ls.Return, time.UnixMicro(ls.At), ls.Ask)
+			granted, want := limit.Lease(st, ls.Limit, now, ls.Return, time.UnixMicro(ls.At), ls.Ask)
 			if ls.Granted != granted {
 				t.Fatalf("round %d bucket %d (%v, state %+v, return %d at %d, ask %d): granted %d, want %d",
 					round, i, ls.Limit, states[i], ls.Return, ls.At, ls.Ask, ls.Granted, granted)
 			}
-			one := leaky.Decide(leaky.State{Counter: want.State.Counter, Timestamp: want.State.Timestamp, Counts: slices.Clone(want.State.Counts)}, ls.Limit, now, 1)
+			one := limit.Decide(limit.State{Counter: want.State.Counter, Timestamp: want.State.Timestamp, Counts: slices.Clone(want.State.Counts)}, ls.Limit, now, 1)
 			if ls.Wait != one.Reset {
 				t.Fatalf("round %d bucket %d (%v, state %+v, return %d, ask %d): room for one more in %v, want %v",
 					round, i, ls.Limit, states[i], ls.Return, ls.Ask, ls.Wait, one.Reset)
 			}
-			if ls.Limit.Algorithm == leaky.LeakyBucket && !ls.State.Equal(want.State) {
+			if ls.Limit.Algorithm == limit.LeakyBucket && !ls.State.Equal(want.State) {
 				t.Fatalf("round %d bucket %d: state %+v, want %+v", round, i, ls.State, want.State)
 			}
 			v, err := c.Get(ctx, redisKey(s.keyPrefix, ls.Key)).Result()
@@ -96,8 +96,8 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 			}
 			// What Redis holds must decide as Go's state does.
 			for _, hits := range []int64{0, 1, ls.Limit.Size} {
-				a := leaky.Decide(leaky.State{Counter: got.Counter, Timestamp: got.Timestamp, Counts: slices.Clone(got.Counts)}, ls.Limit, now, hits)
-				b := leaky.Decide(leaky.State{Counter: want.State.Counter, Timestamp: want.State.Timestamp, Counts: slices.Clone(want.State.Counts)}, ls.Limit, now, hits)
+				a := limit.Decide(limit.State{Counter: got.Counter, Timestamp: got.Timestamp, Counts: slices.Clone(got.Counts)}, ls.Limit, now, hits)
+				b := limit.Decide(limit.State{Counter: want.State.Counter, Timestamp: want.State.Timestamp, Counts: slices.Clone(want.State.Counts)}, ls.Limit, now, hits)
 				if a.Admitted != b.Admitted || a.Remaining != b.Remaining || a.Reset != b.Reset {
 					t.Fatalf("round %d bucket %d (%v, state %+v, return %d, ask %d): stored %+v decides %+v for %d hits; Go's %+v decides %+v",
 						round, i, ls.Limit, states[i], ls.Return, ls.Ask, got, a, hits, want.State, b)

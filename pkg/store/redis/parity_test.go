@@ -11,11 +11,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // TestScriptMatchesDecide runs random buckets, states, instants and hits
-// through the Lua script on a real Redis and through leaky.DecideAll, and
+// through the Lua script on a real Redis and through limit.DecideAll, and
 // wants the same results and the same stored state, bit for bit.
 func TestScriptMatchesDecide(t *testing.T) {
 	srv := redistest.Start(t)
@@ -30,9 +30,9 @@ func TestScriptMatchesDecide(t *testing.T) {
 	const rounds = 3000
 	// The first round takes the largest drip counts the script divides:
 	// (2^53-1) / 2^20 microseconds.
-	edge := leaky.Limit{Size: 1 << 40, DripRate: (1 << 20) * time.Microsecond, DripSize: 1}
+	edge := limit.Limit{Size: 1 << 40, DripRate: (1 << 20) * time.Microsecond, DripSize: 1}
 	edgeNow := time.UnixMicro(1_760_000_000_000_000)
-	edgeState := leaky.State{Counter: 1 << 53, Timestamp: edgeNow.UnixMicro() - (1<<53 - 1)}
+	edgeState := limit.State{Counter: 1 << 53, Timestamp: edgeNow.UnixMicro() - (1<<53 - 1)}
 	for round := range rounds {
 		n := 1 + rng.IntN(4)
 		if round%2 == 0 {
@@ -42,11 +42,11 @@ func TestScriptMatchesDecide(t *testing.T) {
 		if round == 0 {
 			now = edgeNow
 		}
-		buckets := make([]leaky.Bucket, n)
-		states := make([]leaky.State, n)
+		buckets := make([]limit.Bucket, n)
+		states := make([]limit.State, n)
 		for i := range buckets {
 			l := randomLimit(rng)
-			buckets[i] = leaky.Bucket{
+			buckets[i] = limit.Bucket{
 				Key:    fmt.Sprintf("p|r=%d|b=%d", round, i),
 				Limit:  l,
 				Hits:   randomHits(rng, l),
@@ -57,18 +57,18 @@ func TestScriptMatchesDecide(t *testing.T) {
 				buckets[i].Limit, buckets[i].Hits, states[i] = edge, 0, edgeState
 			}
 			key := redisKey(s.keyPrefix, buckets[i].Key)
-			if !states[i].Equal(leaky.State{}) {
+			if !states[i].Equal(limit.State{}) {
 				stored := encodeState(states[i])
 				if err := c.Set(ctx, key, stored, time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
-				// A stored counter is at most leaky.MaxSize.
+				// A stored counter is at most limit.MaxSize.
 				states[i], _ = decodeState(stored)
 			}
 		}
-		want := make([]leaky.Result, n)
-		admitted := leaky.DecideAll(states, buckets, now, want)
-		got := make([]leaky.Result, n)
+		want := make([]limit.Result, n)
+		admitted := limit.DecideAll(states, buckets, now, want)
+		got := make([]limit.Result, n)
 		if err := s.Apply(ctx, now, buckets, got); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
@@ -84,11 +84,11 @@ func TestScriptMatchesDecide(t *testing.T) {
 
 // checkStored checks what the script left in Redis: the new state with its
 // TTL if the request was admitted, the old state otherwise.
-func checkStored(t *testing.T, c *goredis.Client, key string, before leaky.State, r leaky.Result, admitted bool) {
+func checkStored(t *testing.T, c *goredis.Client, key string, before limit.State, r limit.Result, admitted bool) {
 	t.Helper()
 	ctx := context.Background()
 	v, err := c.Get(ctx, key).Result()
-	stored := leaky.State{}
+	stored := limit.State{}
 	switch {
 	case err == goredis.Nil:
 	case err != nil:
@@ -103,7 +103,7 @@ func checkStored(t *testing.T, c *goredis.Client, key string, before leaky.State
 	if admitted {
 		want = r.State
 		if r.TTL == 0 {
-			want = leaky.State{}
+			want = limit.State{}
 		}
 	}
 	if !stored.Equal(want) {
@@ -125,24 +125,24 @@ func checkStored(t *testing.T, c *goredis.Client, key string, before leaky.State
 
 func pick[T any](rng *rand.Rand, xs ...T) T { return xs[rng.IntN(len(xs))] }
 
-func randomLimit(rng *rand.Rand) leaky.Limit {
-	size := pick(rng, 0, 1, 2, 3, 5, 10, 100, 1000, leaky.MaxSize, 1+rng.Int64N(1e6))
+func randomLimit(rng *rand.Rand) limit.Limit {
+	size := pick(rng, 0, 1, 2, 3, 5, 10, 100, 1000, limit.MaxSize, 1+rng.Int64N(1e6))
 	rate := pick(rng, int64(1), 7, 1000, 333333, 1e6, 6e7, 36e8, 1<<53, 1+rng.Int64N(1e9))
-	drip := pick(rng, 1, 1, 1, 2, 3, 4, 7, 100, leaky.MaxSize, 1+rng.Int64N(1000))
-	return leaky.Limit{Size: size, DripRate: time.Duration(rate) * time.Microsecond, DripSize: drip}
+	drip := pick(rng, 1, 1, 1, 2, 3, 4, 7, 100, limit.MaxSize, 1+rng.Int64N(1000))
+	return limit.Limit{Size: size, DripRate: time.Duration(rate) * time.Microsecond, DripSize: drip}
 }
 
-func randomHits(rng *rand.Rand, l leaky.Limit) int64 {
+func randomHits(rng *rand.Rand, l limit.Limit) int64 {
 	return pick(rng, 0, 1, 1, 1, 2, l.Size, l.Size+1, -1, -l.Size, 1<<53, -(1 << 53), math.MaxInt64, math.MinInt64+1, rng.Int64N(2*l.Size+2))
 }
 
-func randomState(rng *rand.Rand, l leaky.Limit, now time.Time) leaky.State {
+func randomState(rng *rand.Rand, l limit.Limit, now time.Time) limit.State {
 	if rng.IntN(6) == 0 {
-		return leaky.State{}
+		return limit.State{}
 	}
-	counter := pick(rng, 1, l.Size, l.Size+1, max(l.Size-1, 1), rng.Int64N(2*l.Size+2), leaky.MaxSize, 1<<53)
+	counter := pick(rng, 1, l.Size, l.Size+1, max(l.Size-1, 1), rng.Int64N(2*l.Size+2), limit.MaxSize, 1<<53)
 	rate := l.DripRate.Microseconds()
 	offset := pick(rng, 0, -rng.Int64N(10*min(rate, 1<<40)+1), rng.Int64N(1e9), -(1 << 52), -now.UnixMicro(), 1<<40,
 		1<<60, -(1 << 60), 1<<53-now.UnixMicro()+1) // beyond 2^53: clamped alike
-	return leaky.State{Counter: counter, Timestamp: now.UnixMicro() + offset}
+	return limit.State{Counter: counter, Timestamp: now.UnixMicro() + offset}
 }

@@ -11,13 +11,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // TestScriptMatchesDecideWindows runs random mixes of windows and leaky
 // buckets, states, instants and hits through the Lua script on a real
-// Redis and through leaky.DecideAll, and wants the same figures and the
+// Redis and through limit.DecideAll, and wants the same figures and the
 // same stored state.
 func TestScriptMatchesDecideWindows(t *testing.T) {
 	srv := redistest.Start(t)
@@ -32,30 +32,30 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 	for round := range 3000 {
 		n := 1 + rng.IntN(4)
 		now := time.UnixMicro(1_760_000_000_000_000 + rng.Int64N(1e12))
-		buckets := make([]leaky.Bucket, n)
-		states := make([]leaky.State, n)
+		buckets := make([]limit.Bucket, n)
+		states := make([]limit.State, n)
 		for i := range buckets {
 			l := randomWindow(rng)
 			if rng.IntN(4) == 0 {
 				l = randomLimit(rng)
 			}
-			buckets[i] = leaky.Bucket{Key: fmt.Sprintf("w|r=%d|b=%d", round, i), Limit: l, Hits: randomHits(rng, l), Shadow: rng.IntN(5) == 0}
+			buckets[i] = limit.Bucket{Key: fmt.Sprintf("w|r=%d|b=%d", round, i), Limit: l, Hits: randomHits(rng, l), Shadow: rng.IntN(5) == 0}
 			key := redisKey(s.keyPrefix, buckets[i].Key)
 			var stored string
 			switch l.Algorithm {
-			case leaky.SlidingWindow:
+			case limit.SlidingWindow:
 				states[i] = randomSlidingState(rng, l, now)
 				stored = encodeWindow(states[i])
-			case leaky.FixedWindow:
+			case limit.FixedWindow:
 				win := l.Window.Microseconds()
-				states[i] = leaky.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win}
+				states[i] = limit.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win}
 				stored = encodeState(states[i])
 			default:
 				states[i] = randomState(rng, l, now)
 				stored = encodeState(states[i])
 			}
 			if rng.IntN(6) == 0 || stored == "" {
-				states[i], stored = leaky.State{}, "" // no key
+				states[i], stored = limit.State{}, "" // no key
 			}
 			if stored != "" {
 				if err := c.Set(ctx, key, stored, time.Hour).Err(); err != nil {
@@ -64,20 +64,20 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 				states[i] = decodeAs(l, stored) // as Redis holds it
 			}
 		}
-		want := make([]leaky.Result, n)
-		goStates := make([]leaky.State, n)
+		want := make([]limit.Result, n)
+		goStates := make([]limit.State, n)
 		for i, st := range states {
-			goStates[i] = leaky.State{Counter: st.Counter, Timestamp: st.Timestamp, Counts: slices.Clone(st.Counts)}
+			goStates[i] = limit.State{Counter: st.Counter, Timestamp: st.Timestamp, Counts: slices.Clone(st.Counts)}
 		}
-		admitted := leaky.DecideAll(goStates, buckets, now, want)
-		got := make([]leaky.Result, n)
+		admitted := limit.DecideAll(goStates, buckets, now, want)
+		got := make([]limit.Result, n)
 		if err := s.Apply(ctx, now, buckets, got); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i, b := range buckets {
 			g, w := got[i], want[i]
-			if b.Limit.Algorithm != leaky.LeakyBucket {
-				g.State, w.State = leaky.State{}, leaky.State{} // the script reports a window's count, not its state
+			if b.Limit.Algorithm != limit.LeakyBucket {
+				g.State, w.State = limit.State{}, limit.State{} // the script reports a window's count, not its state
 			}
 			if !g.Equal(w) {
 				t.Fatalf("round %d bucket %d: limit %v, state %+v, hits %d, now %d:\nscript %+v\nGo     %+v",
@@ -89,10 +89,10 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantStored := states[i]
-			if admitted && (b.Limit.Algorithm == leaky.LeakyBucket || (want[i].Admitted && b.Hits != 0)) {
+			if admitted && (b.Limit.Algorithm == limit.LeakyBucket || (want[i].Admitted && b.Hits != 0)) {
 				wantStored = want[i].State
 				if want[i].TTL == 0 {
-					wantStored = leaky.State{}
+					wantStored = limit.State{}
 				}
 			}
 			if err == goredis.Nil && admitted && want[i].TTL < time.Second {
@@ -106,8 +106,8 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 }
 
 // decodeAs reads a stored state of limit l's algorithm; "" is empty.
-func decodeAs(l leaky.Limit, v string) leaky.State {
-	if l.Algorithm == leaky.SlidingWindow {
+func decodeAs(l limit.Limit, v string) limit.State {
+	if l.Algorithm == limit.SlidingWindow {
 		st, _ := decodeWindow(v)
 		return st
 	}
@@ -117,14 +117,14 @@ func decodeAs(l leaky.Limit, v string) leaky.State {
 
 // sameStored compares states as Redis keeps them: a window's counts
 // without the empty oldest ones, and nothing for a window counting nothing.
-func sameStored(a, b leaky.State) bool {
-	trim := func(s leaky.State) leaky.State {
+func sameStored(a, b limit.State) bool {
+	trim := func(s limit.State) limit.State {
 		m := len(s.Counts)
 		for m > 0 && s.Counts[m-1] == 0 {
 			m--
 		}
 		if s.Counts != nil && m == 0 {
-			return leaky.State{}
+			return limit.State{}
 		}
 		s.Counts = s.Counts[:m]
 		if s.Counts != nil {
@@ -138,20 +138,20 @@ func sameStored(a, b leaky.State) bool {
 	return trim(a).Equal(trim(b))
 }
 
-func randomWindow(rng *rand.Rand) leaky.Limit {
-	limit := pick(rng, 0, 1, 2, 5, 10, 100, 1+rng.Int64N(1e6))
+func randomWindow(rng *rand.Rand) limit.Limit {
+	size := pick(rng, 0, 1, 2, 5, 10, 100, 1+rng.Int64N(1e6))
 	res := time.Duration(pick(rng, int64(1), 7, 1000, 1e6, 6e7, 1+rng.Int64N(1e9), 3153600000000)) * time.Microsecond // the last: a tenth of the longest window
 	subs := pick(rng, 1, 2, 3, 10, 60, 1000, 1+rng.IntN(100))
 	if res >= window.MaxWindow/10 {
 		subs = 10
 	}
 	if rng.IntN(2) == 0 {
-		return leaky.Limit{Algorithm: leaky.FixedWindow, Size: limit, Window: res * time.Duration(subs)}
+		return limit.Limit{Algorithm: limit.FixedWindow, Size: size, Window: res * time.Duration(subs)}
 	}
-	return leaky.Limit{Algorithm: leaky.SlidingWindow, Size: limit, Window: res * time.Duration(subs), Resolution: res}
+	return limit.Limit{Algorithm: limit.SlidingWindow, Size: size, Window: res * time.Duration(subs), Resolution: res}
 }
 
-func randomSlidingState(rng *rand.Rand, l leaky.Limit, now time.Time) leaky.State {
+func randomSlidingState(rng *rand.Rand, l limit.Limit, now time.Time) limit.State {
 	w := l.Sliding()
 	res := w.Resolution.Microseconds()
 	subs := w.SubWindows()
@@ -162,5 +162,5 @@ func randomSlidingState(rng *rand.Rand, l leaky.Limit, now time.Time) leaky.Stat
 			counts[k] = rng.Int64N(l.Size/2 + 2)
 		}
 	}
-	return leaky.State{Timestamp: newest * res, Counts: counts}
+	return limit.State{Timestamp: newest * res, Counts: counts}
 }

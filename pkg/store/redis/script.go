@@ -11,7 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 var (
@@ -46,7 +46,7 @@ const resultFields = 7
 // scriptExec decides a slot's buckets in one script call.
 type scriptExec struct{}
 
-func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
+func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error) {
 	return runRequests(ctx, c, now, keys, []scriptRequest{{at: -1, buckets: buckets, results: results, before: before}})
 }
 
@@ -54,9 +54,9 @@ func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string,
 // results go, and, if not nil, where their states before the charge go.
 type scriptRequest struct {
 	at      int64 // the time to decide at, or -1 for the call's
-	buckets []leaky.Bucket
-	results []leaky.Result
-	before  []leaky.State
+	buckets []limit.Bucket
+	results []limit.Result
+	before  []limit.State
 }
 
 // runRequests decides requests in one script call, in order, each all or
@@ -101,16 +101,16 @@ func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs
 		for i := range r.buckets {
 			v := vals[:fields]
 			vals = vals[fields:]
-			r.results[i] = leaky.Result{
+			r.results[i] = limit.Result{
 				Admitted:  v[0] == 1,
-				State:     leaky.State{Counter: v[1], Timestamp: v[2]},
+				State:     limit.State{Counter: v[1], Timestamp: v[2]},
 				Remaining: v[3],
 				Clear:     micros(v[4]),
 				Reset:     micros(v[5]),
 				TTL:       micros(v[6]),
 			}
 			if r.before != nil {
-				r.before[i] = leaky.State{Counter: v[7], Timestamp: v[8]}
+				r.before[i] = limit.State{Counter: v[7], Timestamp: v[8]}
 			}
 		}
 	}
@@ -121,25 +121,25 @@ func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs
 // drip rate and drip size of a leaky bucket; limit, resolution and
 // sub-windows of a sliding window; limit, window and 0 of a fixed one.
 // Times are in microseconds; windows are moved into their valid range, as
-// leaky.DecideAll reads them.
-func params(l leaky.Limit) [3]int64 {
+// limit.DecideAll reads them.
+func params(l limit.Limit) [3]int64 {
 	switch l.Algorithm {
-	case leaky.SlidingWindow:
+	case limit.SlidingWindow:
 		w := l.Sliding()
 		return [3]int64{w.Limit, w.Resolution.Microseconds(), int64(w.SubWindows())}
-	case leaky.FixedWindow:
+	case limit.FixedWindow:
 		w := l.Fixed()
 		return [3]int64{w.Limit, w.Window.Microseconds(), 0}
 	}
 	return [3]int64{l.Size, l.DripRate.Microseconds(), l.DripSize}
 }
 
-func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
+func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]limit.State, int64, error) {
 	a := newScriptArgs(1 + 6*len(changes))
 	a.now(now)
 	for _, ch := range changes {
 		a.int(int64(ch.limit.Algorithm))
-		if ch.limit.Algorithm == leaky.LeakyBucket {
+		if ch.limit.Algorithm == limit.LeakyBucket {
 			a.int(ch.after.Counter)
 			a.int(ch.after.Timestamp)
 			a.int(ch.before.Counter)
@@ -161,9 +161,9 @@ func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string
 	if len(vals) != 2*len(changes)+1 {
 		return nil, 0, fmt.Errorf("redis undo script: %d values for %d buckets", len(vals), len(changes))
 	}
-	states := make([]leaky.State, len(changes))
+	states := make([]limit.State, len(changes))
 	for i := range states {
-		states[i] = leaky.State{Counter: vals[2*i], Timestamp: vals[2*i+1]}
+		states[i] = limit.State{Counter: vals[2*i], Timestamp: vals[2*i+1]}
 	}
 	return states, vals[len(vals)-1], nil
 }
@@ -174,13 +174,13 @@ func (scriptExec) read(ctx context.Context, p goredis.Pipeliner, key string) gor
 
 // state decodes a bucket as decide.lua loads it: load_window for a sliding
 // window, load_state for the others, each empty for what it cannot read.
-func (scriptExec) state(read goredis.Cmder, algo leaky.Algorithm) leaky.State {
+func (scriptExec) state(read goredis.Cmder, algo limit.Algorithm) limit.State {
 	cmd, ok := read.(*goredis.StringCmd)
 	if !ok || cmd.Err() != nil {
-		return leaky.State{}
+		return limit.State{}
 	}
 	decode := decodeState
-	if algo == leaky.SlidingWindow {
+	if algo == limit.SlidingWindow {
 		decode = decodeWindow
 	}
 	st, _ := decode(cmd.Val())

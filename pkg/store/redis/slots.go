@@ -6,21 +6,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // part is the buckets of one slot, decided by one executor call.
 type part struct {
 	index   []int // positions in the request
 	keys    []string
-	buckets []leaky.Bucket
-	results []leaky.Result
-	before  []leaky.State // each bucket before the charge, dripped to now
+	buckets []limit.Bucket
+	results []limit.Result
+	before  []limit.State // each bucket before the charge, dripped to now
 	now     int64         // the time it was decided at
 	err     error
 }
 
-func (p *part) add(i int, key string, b leaky.Bucket) {
+func (p *part) add(i int, key string, b limit.Bucket) {
 	p.index = append(p.index, i)
 	p.keys = append(p.keys, key)
 	p.buckets = append(p.buckets, b)
@@ -44,7 +44,7 @@ const undoTimeout = time.Second
 // applySlots decides a request whose buckets span several slots: one call
 // per slot, in parallel. If a slot rejects or fails, what the other slots
 // charged is undone, so a rejected request still charges nothing.
-func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []string, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
 	var parts []*part
 	slots := map[uint16]*part{}
 	for i, k := range keys {
@@ -58,7 +58,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 		p.add(i, k, buckets[i])
 	}
 	parallel(parts, func(p *part) {
-		p.results, p.before = make([]leaky.Result, len(p.buckets)), make([]leaky.State, len(p.buckets))
+		p.results, p.before = make([]limit.Result, len(p.buckets)), make([]limit.State, len(p.buckets))
 		p.now, p.err = s.exec.run(ctx, c, at, p.keys, p.buckets, p.results, p.before)
 	})
 
@@ -74,7 +74,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 		for j, i := range p.index {
 			if p.err != nil {
 				// Unknown, and not what rejected the request.
-				results[i] = leaky.Result{Admitted: true}
+				results[i] = limit.Result{Admitted: true}
 				continue
 			}
 			results[i] = p.results[j]
@@ -104,13 +104,13 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 		}
 		for j, i := range u.index {
 			b := buckets[i]
-			if b.Limit.Algorithm == leaky.SlidingWindow {
+			if b.Limit.Algorithm == limit.SlidingWindow {
 				// Until read again below: the charged result, less the charge.
 				results[i].Remaining = min(results[i].Remaining+u.changes[j].hits, b.Limit.Size)
 				windows = append(windows, i)
 				continue
 			}
-			r := leaky.Decide(u.states[j], b.Limit, time.UnixMicro(u.now), 0)
+			r := limit.Decide(u.states[j], b.Limit, time.UnixMicro(u.now), 0)
 			r.Admitted = true // the bucket had room; the request was refused elsewhere
 			results[i] = r
 		}
@@ -125,21 +125,21 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 // rereadWindows reads the sliding windows at these indexes again once
 // undone, for their figures as they stay (the time to clear, above all).
 // If the read fails, the results keep what the undo alone tells.
-func (s *Store) rereadWindows(ctx context.Context, c *clients, at int64, windows []int, keys []string, buckets []leaky.Bucket, results []leaky.Result) {
+func (s *Store) rereadWindows(ctx context.Context, c *clients, at int64, windows []int, keys []string, buckets []limit.Bucket, results []limit.Result) {
 	if len(windows) == 0 {
 		return
 	}
-	wk, wb := make([]string, len(windows)), make([]leaky.Bucket, len(windows))
+	wk, wb := make([]string, len(windows)), make([]limit.Bucket, len(windows))
 	for n, i := range windows {
 		wk[n], wb[n] = keys[i], buckets[i]
 	}
-	states := make([]leaky.State, len(windows))
+	states := make([]limit.State, len(windows))
 	now, err := s.read(ctx, c, at, wk, wb, states)
 	if err != nil {
 		return
 	}
 	for n, i := range windows {
-		r := leaky.Decide(states[n], wb[n].Limit, time.UnixMicro(now), 0)
+		r := limit.Decide(states[n], wb[n].Limit, time.UnixMicro(now), 0)
 		r.Admitted = true // the window had room; the request was refused elsewhere
 		results[i] = r
 	}
@@ -150,7 +150,7 @@ type undo struct {
 	index   []int
 	keys    []string
 	changes []change
-	states  []leaky.State
+	states  []limit.State
 	now     int64
 	err     error
 }
@@ -162,7 +162,7 @@ func undoOf(p *part) *undo {
 		b := p.buckets[j]
 		ch := change{limit: b.Limit}
 		switch {
-		case b.Limit.Algorithm != leaky.LeakyBucket:
+		case b.Limit.Algorithm != limit.LeakyBucket:
 			if !r.Admitted || b.Hits == 0 {
 				continue // not charged (a shadow window without room), or a peek
 			}
@@ -171,7 +171,7 @@ func undoOf(p *part) *undo {
 			continue // not charged (a shadow bucket without room), or a peek
 		default:
 			ch.before, ch.after = p.before[j], r.State
-			ch.beforeTTL = leaky.Decide(p.before[j], b.Limit, time.UnixMicro(p.now), 0).TTL
+			ch.beforeTTL = limit.Decide(p.before[j], b.Limit, time.UnixMicro(p.now), 0).TTL
 		}
 		u.index = append(u.index, p.index[j])
 		u.keys = append(u.keys, p.keys[j])

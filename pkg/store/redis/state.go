@@ -3,7 +3,7 @@ package redis
 import (
 	"encoding/binary"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // A bucket's state is stored in 12 bytes, so that with its key and Redis's
@@ -15,13 +15,13 @@ import (
 //	hi = counter*128 + (timestamp>>48 + 32)
 //	lo = timestamp & (2^48-1)
 //
-// The counter of a stored bucket is at most leaky.MaxSize (2^40); the
+// The counter of a stored bucket is at most limit.MaxSize (2^40); the
 // timestamp, in Unix microseconds, within ±2^53. decide.lua and undo.lua
 // read and write the same layout with Lua's struct library ('>I6I6').
 const stateLen = 12
 
 const (
-	maxStoredCounter = leaky.MaxSize
+	maxStoredCounter = limit.MaxSize
 	maxTimestamp     = 1 << 53
 	lowBits          = 48
 	topBias          = 32 // 2^53 >> 48: makes the timestamp's top part non-negative
@@ -29,7 +29,7 @@ const (
 
 // encodeState returns the stored form of s, its counter limited to
 // maxStoredCounter and its timestamp to ±2^53.
-func encodeState(s leaky.State) string {
+func encodeState(s limit.State) string {
 	c := min(max(s.Counter, 0), maxStoredCounter)
 	ts := min(max(s.Timestamp, -maxTimestamp), maxTimestamp)
 	hi := uint64(c)<<7 | uint64(ts>>lowBits+topBias)
@@ -41,16 +41,16 @@ func encodeState(s leaky.State) string {
 }
 
 // decodeState reads a stored state; ok is false if v is not one.
-func decodeState(v string) (s leaky.State, ok bool) {
+func decodeState(v string) (s limit.State, ok bool) {
 	if len(v) != stateLen {
-		return leaky.State{}, false
+		return limit.State{}, false
 	}
 	var b [16]byte
 	copy(b[:], v)
 	hi := binary.BigEndian.Uint64(b[0:]) >> 16
 	lo := binary.BigEndian.Uint64(b[6:]) >> 16
 	ts := (int64(hi&127)-topBias)<<lowBits + int64(lo)
-	return leaky.State{Counter: int64(hi >> 7), Timestamp: ts}, true
+	return limit.State{Counter: int64(hi >> 7), Timestamp: ts}, true
 }
 
 // A sliding window is stored as the start of its newest sub-window (Unix
@@ -65,7 +65,7 @@ const (
 
 // encodeWindow returns the stored form of a sliding window's state, or ""
 // when it counts nothing (and is not stored).
-func encodeWindow(s leaky.State) string {
+func encodeWindow(s limit.State) string {
 	m := len(s.Counts)
 	for m > 0 && s.Counts[m-1] <= 0 {
 		m--
@@ -85,9 +85,9 @@ func encodeWindow(s leaky.State) string {
 }
 
 // decodeWindow reads a stored sliding window; ok is false if v is not one.
-func decodeWindow(v string) (s leaky.State, ok bool) {
+func decodeWindow(v string) (s limit.State, ok bool) {
 	if len(v) < windowStartLen || (len(v)-windowStartLen)%windowCountLen != 0 {
-		return leaky.State{}, false
+		return limit.State{}, false
 	}
 	var b [8]byte
 	copy(b[1:], v[:windowStartLen])

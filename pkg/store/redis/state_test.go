@@ -3,23 +3,23 @@ package redis
 import (
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 func TestStateEncoding(t *testing.T) {
 	for i, tc := range []struct {
-		in, want leaky.State
+		in, want limit.State
 	}{
-		{leaky.State{}, leaky.State{}},
-		{leaky.State{Counter: 1, Timestamp: 1_763_700_000_123_457}, leaky.State{Counter: 1, Timestamp: 1_763_700_000_123_457}},
-		{leaky.State{Counter: 1 << 40, Timestamp: 1 << 53}, leaky.State{Counter: 1 << 40, Timestamp: 1 << 53}},
-		{leaky.State{Counter: 7, Timestamp: -1 << 53}, leaky.State{Counter: 7, Timestamp: -1 << 53}},
-		{leaky.State{Counter: 3, Timestamp: -1}, leaky.State{Counter: 3, Timestamp: -1}},
-		{leaky.State{Counter: 3, Timestamp: 1<<48 - 1}, leaky.State{Counter: 3, Timestamp: 1<<48 - 1}},
-		{leaky.State{Counter: 3, Timestamp: -1 << 48}, leaky.State{Counter: 3, Timestamp: -1 << 48}},
+		{limit.State{}, limit.State{}},
+		{limit.State{Counter: 1, Timestamp: 1_763_700_000_123_457}, limit.State{Counter: 1, Timestamp: 1_763_700_000_123_457}},
+		{limit.State{Counter: 1 << 40, Timestamp: 1 << 53}, limit.State{Counter: 1 << 40, Timestamp: 1 << 53}},
+		{limit.State{Counter: 7, Timestamp: -1 << 53}, limit.State{Counter: 7, Timestamp: -1 << 53}},
+		{limit.State{Counter: 3, Timestamp: -1}, limit.State{Counter: 3, Timestamp: -1}},
+		{limit.State{Counter: 3, Timestamp: 1<<48 - 1}, limit.State{Counter: 3, Timestamp: 1<<48 - 1}},
+		{limit.State{Counter: 3, Timestamp: -1 << 48}, limit.State{Counter: 3, Timestamp: -1 << 48}},
 		// Out of range: limited.
-		{leaky.State{Counter: 1 << 53, Timestamp: 1 << 60}, leaky.State{Counter: 1 << 40, Timestamp: 1 << 53}},
-		{leaky.State{Counter: -5, Timestamp: -1 << 60}, leaky.State{Counter: 0, Timestamp: -1 << 53}},
+		{limit.State{Counter: 1 << 53, Timestamp: 1 << 60}, limit.State{Counter: 1 << 40, Timestamp: 1 << 53}},
+		{limit.State{Counter: -5, Timestamp: -1 << 60}, limit.State{Counter: 0, Timestamp: -1 << 53}},
 	} {
 		v := encodeState(tc.in)
 		if len(v) != stateLen {

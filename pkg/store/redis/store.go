@@ -2,12 +2,12 @@
 // replicas sharing one Redis, a Sentinel-managed Redis or a Redis Cluster.
 //
 // In the default script mode, one Lua script (a port of
-// leaky.DecideAll) reads, decides and charges all buckets of a request that
+// limit.DecideAll) reads, decides and charges all buckets of a request that
 // share a hash slot in one round trip, on the Redis server's clock, so
 // replicas with skewed clocks agree; with Options.Batch, one call decides
 // several queued requests of a slot in turn, each all or nothing. In transactions mode, for
 // Redis-compatible servers without scripting, each request is a WATCH /
-// MULTI / EXEC transaction that decides with leaky.DecideAll in Go.
+// MULTI / EXEC transaction that decides with limit.DecideAll in Go.
 //
 // A request whose buckets span several Cluster slots (several descriptors
 // with different first entries) is decided per slot, in parallel; if one
@@ -35,7 +35,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Mode is how the store talks to Redis.
@@ -115,22 +115,22 @@ type executor interface {
 	// run decides the buckets atomically with the all-or-nothing rule. If
 	// before is not nil, it receives each bucket as it was before being
 	// charged (dripped to now), for undo.
-	run(ctx context.Context, c *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error)
+	run(ctx context.Context, c *clients, now int64, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error)
 	// undo takes back changes, atomically, and never rejects; it returns
 	// the buckets' states afterwards.
-	undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error)
+	undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]limit.State, int64, error)
 	// read queues the read of a bucket's stored form, for state.
 	read(ctx context.Context, p goredis.Pipeliner, key string) goredis.Cmder
 	// state returns the state read, as run would load it: empty when
 	// there is none, or none it can read.
-	state(read goredis.Cmder, algo leaky.Algorithm) leaky.State
+	state(read goredis.Cmder, algo limit.Algorithm) limit.State
 }
 
 // change is what a decision did to one bucket, for undo: a leaky bucket's
 // state before and after, a window's hits and when they were charged.
 type change struct {
-	limit         leaky.Limit
-	before, after leaky.State
+	limit         limit.Limit
+	before, after limit.State
 	beforeTTL     time.Duration // how long the state before was to be kept
 	hits, at      int64         // a window's charge, at Unix microseconds
 }
@@ -226,10 +226,10 @@ const pipelineBatches = 4
 func (s *Store) Name() string { return "redis" }
 
 // Apply decides the buckets of one request with the all-or-nothing rule of
-// leaky.DecideAll and charges them if the request is admitted. An error
+// limit.DecideAll and charges them if the request is admitted. An error
 // means Redis did not answer in time (or refused); nothing is charged then,
 // except in the window described in the package documentation.
-func (s *Store) Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error {
+func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	if len(buckets) == 0 {
 		return nil
 	}
@@ -263,7 +263,7 @@ func (s *Store) at(now time.Time) int64 {
 }
 
 // keys returns the Redis keys of buckets.
-func (s *Store) keys(buckets []leaky.Bucket) []string {
+func (s *Store) keys(buckets []limit.Bucket) []string {
 	keys := make([]string, len(buckets))
 	for i, b := range buckets {
 		keys[i] = redisKey(s.keyPrefix, b.Key)

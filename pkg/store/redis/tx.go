@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // txExec decides a slot's buckets in a Redis transaction, for servers that
@@ -22,7 +22,7 @@ import (
 // and rolls it back, and it charges without a check, letting a bucket
 // overfill under concurrency. Here the buckets are WATCHed instead: a
 // conflicting change makes EXEC apply nothing, and the request is decided
-// again, by leaky.DecideAll. An attempt is three round trips: WATCH, a
+// again, by limit.DecideAll. An attempt is three round trips: WATCH, a
 // pipeline that reads the server's TIME and the buckets, and MULTI/EXEC.
 type txExec struct{}
 
@@ -68,7 +68,7 @@ func watched(ctx context.Context, c goredis.UniversalClient, keys []string, atte
 	}
 }
 
-func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, buckets []leaky.Bucket, results []leaky.Result, before []leaky.State) (int64, error) {
+func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error) {
 	var at int64
 	err := watched(ctx, cs.conn, keys, func(tx *goredis.Tx) error {
 		states, stored, t, err := readBuckets(ctx, tx, keys, now)
@@ -76,10 +76,10 @@ func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, bu
 			return err
 		}
 		at = t
-		admitted := leaky.DecideAll(states, buckets, time.UnixMicro(at), results)
+		admitted := limit.DecideAll(states, buckets, time.UnixMicro(at), results)
 		if before != nil {
 			for i, st := range states {
-				before[i] = leaky.Decide(st, buckets[i].Limit, time.UnixMicro(at), 0).State
+				before[i] = limit.Decide(st, buckets[i].Limit, time.UnixMicro(at), 0).State
 			}
 		}
 		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
@@ -90,7 +90,7 @@ func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, bu
 				return nil
 			}
 			for i, r := range results {
-				if buckets[i].Limit.Algorithm != leaky.LeakyBucket && (!r.Admitted || buckets[i].Hits == 0) {
+				if buckets[i].Limit.Algorithm != limit.LeakyBucket && (!r.Admitted || buckets[i].Hits == 0) {
 					continue // a window not charged: as it was
 				}
 				write(ctx, p, keys[i], buckets[i].Limit.Algorithm, states[i], stored[i], r.State, r.TTL)
@@ -102,10 +102,10 @@ func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, bu
 	return at, err
 }
 
-func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, changes []change) ([]leaky.State, int64, error) {
+func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, changes []change) ([]limit.State, int64, error) {
 	var (
 		at  int64
-		out = make([]leaky.State, len(changes))
+		out = make([]limit.State, len(changes))
 	)
 	err := watched(ctx, cs.conn, keys, func(tx *goredis.Tx) error {
 		states, stored, t, err := readBuckets(ctx, tx, keys, now)
@@ -117,7 +117,7 @@ func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, c
 			for i, ch := range changes {
 				out[i] = undone(states[i], stored[i], ch)
 				ttl := ch.beforeTTL
-				if ch.limit.Algorithm != leaky.LeakyBucket || (stored[i] && !sameState(states[i], ch.after)) {
+				if ch.limit.Algorithm != limit.LeakyBucket || (stored[i] && !sameState(states[i], ch.after)) {
 					ttl = -1 // a window, or changed by others: keep the expiry
 				}
 				write(ctx, p, keys[i], ch.limit.Algorithm, states[i], stored[i], out[i], ttl)
@@ -129,7 +129,7 @@ func (txExec) undo(ctx context.Context, cs *clients, now int64, keys []string, c
 	return out, at, err
 }
 
-func sameState(a, b leaky.State) bool {
+func sameState(a, b limit.State) bool {
 	return a.Counter == b.Counter && a.Timestamp == b.Timestamp
 }
 
@@ -137,9 +137,9 @@ func sameState(a, b leaky.State) bool {
 // it was before, if nobody has changed it since, else less what the change
 // added; a window less the hits in the (sub-)window they were charged to,
 // if it still counts them. undo.lua is its twin.
-func undone(cur leaky.State, stored bool, ch change) leaky.State {
-	if ch.limit.Algorithm != leaky.LeakyBucket {
-		return leaky.Uncharge(cur, ch.limit, time.UnixMicro(ch.at), ch.hits)
+func undone(cur limit.State, stored bool, ch change) limit.State {
+	if ch.limit.Algorithm != limit.LeakyBucket {
+		return limit.Uncharge(cur, ch.limit, time.UnixMicro(ch.at), ch.hits)
 	}
 	if (stored && sameState(cur, ch.after)) || (!stored && ch.after.Counter == 0) {
 		return ch.before
@@ -147,11 +147,11 @@ func undone(cur leaky.State, stored bool, ch change) leaky.State {
 	c := cur.Counter - (ch.after.Counter - ch.before.Counter)
 	switch {
 	case c <= 0:
-		return leaky.State{}
+		return limit.State{}
 	case !stored:
-		return leaky.State{Counter: c, Timestamp: ch.before.Timestamp}
+		return limit.State{Counter: c, Timestamp: ch.before.Timestamp}
 	}
-	return leaky.State{Counter: c, Timestamp: cur.Timestamp}
+	return limit.State{Counter: c, Timestamp: cur.Timestamp}
 }
 
 func (txExec) read(ctx context.Context, p goredis.Pipeliner, key string) goredis.Cmder {
@@ -159,17 +159,17 @@ func (txExec) read(ctx context.Context, p goredis.Pipeliner, key string) goredis
 }
 
 // state reads a bucket's hash as readBuckets does.
-func (txExec) state(read goredis.Cmder, _ leaky.Algorithm) leaky.State {
+func (txExec) state(read goredis.Cmder, _ limit.Algorithm) limit.State {
 	cmd, ok := read.(*goredis.SliceCmd)
 	if !ok || cmd.Err() != nil {
-		return leaky.State{}
+		return limit.State{}
 	}
 	st, _ := readState(cmd.Val())
 	return st
 }
 
 // readBuckets reads the server's time (unless now is given) and the buckets.
-func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) ([]leaky.State, []bool, int64, error) {
+func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) ([]limit.State, []bool, int64, error) {
 	var timeCmd *goredis.TimeCmd
 	reads := make([]*goredis.SliceCmd, len(keys))
 	_, err := tx.Pipelined(ctx, func(p goredis.Pipeliner) error {
@@ -189,7 +189,7 @@ func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) 
 		}
 		now = t.UnixMicro()
 	}
-	states := make([]leaky.State, len(keys))
+	states := make([]limit.State, len(keys))
 	stored := make([]bool, len(keys))
 	for i := range keys {
 		states[i], stored[i] = readState(reads[i].Val())
@@ -199,8 +199,8 @@ func readBuckets(ctx context.Context, tx *goredis.Tx, keys []string, now int64) 
 
 // write queues the commands that take a bucket from old to s, to expire
 // after ttl (-1: keep its expiry).
-func write(ctx context.Context, p goredis.Pipeliner, key string, algo leaky.Algorithm, old leaky.State, stored bool, s leaky.State, ttl time.Duration) {
-	if algo == leaky.SlidingWindow {
+func write(ctx context.Context, p goredis.Pipeliner, key string, algo limit.Algorithm, old limit.State, stored bool, s limit.State, ttl time.Duration) {
+	if algo == limit.SlidingWindow {
 		switch v := encodeWindow(s); {
 		case v == "":
 			if stored {
@@ -240,9 +240,9 @@ func write(ctx context.Context, p goredis.Pipeliner, key string, algo leaky.Algo
 // readState reads a bucket's hash fields. A bucket that does not exist, or
 // that does not hold two numbers or a sliding window, is empty, as in the
 // script.
-func readState(vals []any) (leaky.State, bool) {
+func readState(vals []any) (limit.State, bool) {
 	if len(vals) != 3 {
-		return leaky.State{}, false
+		return limit.State{}, false
 	}
 	if w, ok := vals[2].(string); ok {
 		return decodeWindow(w)
@@ -252,7 +252,7 @@ func readState(vals []any) (leaky.State, bool) {
 	c, cerr := strconv.ParseInt(cs, 10, 64)
 	t, terr := strconv.ParseInt(ts, 10, 64)
 	if !cok || !tok || cerr != nil || terr != nil || c < 0 {
-		return leaky.State{}, false
+		return limit.State{}, false
 	}
-	return leaky.State{Counter: c, Timestamp: t}, true
+	return limit.State{Counter: c, Timestamp: t}, true
 }

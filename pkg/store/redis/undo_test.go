@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // TestUndo runs one table of undos through both twins of the undo logic,
@@ -20,25 +20,25 @@ func TestUndo(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	defer c.Close()
 	ctx := context.Background()
-	before := leaky.State{Counter: 3, Timestamp: 1_000}
-	after := leaky.State{Counter: 5, Timestamp: 1_000} // the charge added 2
+	before := limit.State{Counter: 3, Timestamp: 1_000}
+	after := limit.State{Counter: 5, Timestamp: 1_000} // the charge added 2
 	ch := change{before: before, after: after, beforeTTL: 40 * time.Second}
 	const curTTL = 90 * time.Second // the expiry the charge left
 
 	cases := []struct {
 		name    string
-		cur     *leaky.State // nil: the key is gone
-		want    leaky.State
+		cur     *limit.State // nil: the key is gone
+		want    limit.State
 		wantTTL time.Duration // 0: the key is gone
 	}{
 		{"untouched since: as before, with its expiry", &after, before, ch.beforeTTL},
-		{"charged again by others: less the charge, its own expiry", &leaky.State{Counter: 9, Timestamp: 2_000}, leaky.State{Counter: 7, Timestamp: 2_000}, curTTL},
-		{"drained below the charge by others: gone", &leaky.State{Counter: 1, Timestamp: 5_000}, leaky.State{}, 0},
-		{"expired since: nothing to give back", nil, leaky.State{}, 0},
+		{"charged again by others: less the charge, its own expiry", &limit.State{Counter: 9, Timestamp: 2_000}, limit.State{Counter: 7, Timestamp: 2_000}, curTTL},
+		{"drained below the charge by others: gone", &limit.State{Counter: 1, Timestamp: 5_000}, limit.State{}, 0},
+		{"expired since: nothing to give back", nil, limit.State{}, 0},
 	}
 	undoers := map[string]executor{"script": scriptExec{}, "transactions": txExec{}}
 	// Each mode stores a bucket its own way: 12 bytes, or a hash.
-	set := func(mode, key string, st leaky.State, ttl time.Duration) {
+	set := func(mode, key string, st limit.State, ttl time.Duration) {
 		if mode == "script" {
 			c.Set(ctx, key, encodeState(st), ttl)
 			return
@@ -46,7 +46,7 @@ func TestUndo(t *testing.T) {
 		c.HSet(ctx, key, counterField, st.Counter, timestampField, st.Timestamp)
 		c.PExpire(ctx, key, ttl)
 	}
-	get := func(mode, key string) (leaky.State, bool) {
+	get := func(mode, key string) (limit.State, bool) {
 		if mode == "script" {
 			v, err := c.Get(ctx, key).Result()
 			st, _ := decodeState(v)
@@ -81,7 +81,7 @@ func TestUndo(t *testing.T) {
 
 	// A charge that emptied the bucket (a refund) left no key: its undo
 	// puts the bucket back as it was.
-	refund := change{before: before, after: leaky.State{}, beforeTTL: ch.beforeTTL}
+	refund := change{before: before, after: limit.State{}, beforeTTL: ch.beforeTTL}
 	for mode, exec := range undoers {
 		key := "undo|refund|" + mode
 		c.Del(ctx, key)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Inspector is a store whose buckets can be read without charging them,
@@ -16,7 +16,7 @@ type Inspector interface {
 	Store
 	// State returns the stored state of each bucket, changing nothing,
 	// and the instant it is for (now, or the store's own clock).
-	State(ctx context.Context, now time.Time, buckets []leaky.Bucket, states []leaky.State) (time.Time, error)
+	State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error)
 	// Reset empties the buckets with these keys.
 	Reset(ctx context.Context, keys []string) error
 }
@@ -26,7 +26,7 @@ type Inspector interface {
 type NewInspector func(t *testing.T) Inspector
 
 // RunInspect runs the suite of State and Reset against the stores
-// newStore makes: leaky.DecideAll on the states State reads decides
+// newStore makes: limit.DecideAll on the states State reads decides
 // exactly what Apply then decides, for every algorithm; State charges
 // nothing; Reset empties the buckets named and no others.
 func RunInspect(t *testing.T, newStore NewInspector) {
@@ -36,9 +36,9 @@ func RunInspect(t *testing.T, newStore NewInspector) {
 }
 
 // states reads buckets' states at now, failing the test on error.
-func states(t *testing.T, s Inspector, now time.Time, buckets []leaky.Bucket) []leaky.State {
+func states(t *testing.T, s Inspector, now time.Time, buckets []limit.Bucket) []limit.State {
 	t.Helper()
-	out := make([]leaky.State, len(buckets))
+	out := make([]limit.State, len(buckets))
 	at, err := s.State(context.Background(), now, buckets, out)
 	if err != nil {
 		t.Fatalf("State at %s: %v", now.Format(time.StampMicro), err)
@@ -51,23 +51,23 @@ func states(t *testing.T, s Inspector, now time.Time, buckets []leaky.Bucket) []
 
 // testStatePredicts charges random requests over buckets of every
 // algorithm, whose keys span several Redis Cluster slots, and before each
-// asks State: leaky.DecideAll on what it reads must give what Apply gives.
+// asks State: limit.DecideAll on what it reads must give what Apply gives.
 func testStatePredicts(t *testing.T, s Inspector) {
 	rng := rand.New(rand.NewPCG(14, 2))
 	const sec = time.Second
-	pool := []leaky.Bucket{
-		bucket("api|u=a", leaky.Limit{Size: 5, DripRate: 700 * ms, DripSize: 1}, 0),
-		bucket("api|u=a|x=1", leaky.Limit{Size: 3, DripRate: 2 * sec, DripSize: 2}, 0),
+	pool := []limit.Bucket{
+		bucket("api|u=a", limit.Limit{Size: 5, DripRate: 700 * ms, DripSize: 1}, 0),
+		bucket("api|u=a|x=1", limit.Limit{Size: 3, DripRate: 2 * sec, DripSize: 2}, 0),
 		bucket("api|u=a|#sw2s/200ms", Sliding(6, 2*sec, 200*ms), 0),
 		bucket("api|u=b", Fixed(4, sec), 0),
-		bucket("api|u=b|x=1", leaky.Limit{Size: 0, DripRate: sec, DripSize: 1}, 0),
+		bucket("api|u=b|x=1", limit.Limit{Size: 0, DripRate: sec, DripSize: 1}, 0),
 		bucket("api|u=c|#sw1s/100ms", Sliding(3, sec, 0), 0),
 	}
 	now := T0
 	admitted, rejected := 0, 0
 	for step := range 300 {
 		now = now.Add(time.Duration(rng.IntN(400)) * ms)
-		var req []leaky.Bucket
+		var req []limit.Bucket
 		for _, b := range pool {
 			if rng.IntN(3) == 0 {
 				b.Hits = int64(rng.IntN(4)) // 0 peeks
@@ -85,9 +85,9 @@ func testStatePredicts(t *testing.T, s Inspector) {
 				t.Fatalf("step %d: State changed bucket %q from %+v to %+v", step, req[i].Key, before[i], again[i])
 			}
 		}
-		want := make([]leaky.Result, len(req))
-		ok := leaky.DecideAll(before, req, now, want)
-		results := make([]leaky.Result, len(req))
+		want := make([]limit.Result, len(req))
+		ok := limit.DecideAll(before, req, now, want)
+		results := make([]limit.Result, len(req))
 		if err := s.Apply(context.Background(), now, req, results); err != nil {
 			t.Fatalf("step %d: Apply: %v", step, err)
 		}
@@ -109,13 +109,13 @@ func testStatePredicts(t *testing.T, s Inspector) {
 	}
 }
 
-func show(r leaky.Result) string {
+func show(r limit.Result) string {
 	return fmt.Sprint(outcome{r.Admitted, r.Remaining, r.Clear, r.Reset})
 }
 
 func testStateEmpty(t *testing.T, s Inspector) {
-	req := []leaky.Bucket{
-		bucket("never|lb", leaky.Limit{Size: 5, DripRate: ms, DripSize: 1}, 1),
+	req := []limit.Bucket{
+		bucket("never|lb", limit.Limit{Size: 5, DripRate: ms, DripSize: 1}, 1),
 		bucket("never|sw", Sliding(5, time.Second, 0), 1),
 		bucket("never|fw", Fixed(5, time.Second), 1),
 	}
@@ -127,10 +127,10 @@ func testStateEmpty(t *testing.T, s Inspector) {
 }
 
 func testReset(t *testing.T, s Inspector) {
-	lb := leaky.Limit{Size: 2, DripRate: time.Hour, DripSize: 1}
+	lb := limit.Limit{Size: 2, DripRate: time.Hour, DripSize: 1}
 	sw := Sliding(2, time.Hour, time.Minute)
 	fw := Fixed(2, time.Hour)
-	full := []leaky.Bucket{bucket("r|lb", lb, 2), bucket("r|sw", sw, 2), bucket("r|fw", fw, 2), bucket("other|lb", lb, 2)}
+	full := []limit.Bucket{bucket("r|lb", lb, 2), bucket("r|sw", sw, 2), bucket("r|fw", fw, 2), bucket("other|lb", lb, 2)}
 	apply(t, s, T0, full)
 	for i, st := range states(t, s, T0, full) {
 		if st.Counter != 2 {

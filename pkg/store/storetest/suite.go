@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every store passes:
 // step tables on fixed instants, the all-or-nothing rule, shadow buckets,
 // isolation of keys whatever their bytes, and exact admission counts under
-// concurrency. A store that passes answers exactly as leaky.DecideAll applied
+// concurrency. A store that passes answers exactly as limit.DecideAll applied
 // atomically.
 package storetest
 
@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Store is what the suite exercises: the method the service calls.
 type Store interface {
 	// Apply decides buckets at now atomically and charges them only if the
 	// request is admitted; results[i] is the outcome for buckets[i].
-	Apply(ctx context.Context, now time.Time, buckets []leaky.Bucket, results []leaky.Result) error
+	Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error
 }
 
 // NewStore returns an empty store for one subtest. The store must decide at
@@ -49,11 +49,11 @@ const ms = time.Millisecond
 // call is one Apply at T0+at; want has one outcome per bucket.
 type call struct {
 	at      time.Duration
-	buckets []leaky.Bucket
+	buckets []limit.Bucket
 	want    []outcome
 }
 
-// outcome is what the suite checks of a leaky.Result.
+// outcome is what the suite checks of a limit.Result.
 type outcome struct {
 	admitted  bool
 	remaining int64
@@ -65,19 +65,19 @@ func (o outcome) String() string {
 	return fmt.Sprintf("{admitted:%v remaining:%d clear:%s reset:%s}", o.admitted, o.remaining, o.clear, o.reset)
 }
 
-func bucket(key string, l leaky.Limit, hits int64) leaky.Bucket {
-	return leaky.Bucket{Key: key, Limit: l, Hits: hits}
+func bucket(key string, l limit.Limit, hits int64) limit.Bucket {
+	return limit.Bucket{Key: key, Limit: l, Hits: hits}
 }
 
-func shadow(b leaky.Bucket) leaky.Bucket {
+func shadow(b limit.Bucket) limit.Bucket {
 	b.Shadow = true
 	return b
 }
 
 // apply calls the store and returns the outcomes, failing the test on error.
-func apply(t *testing.T, s Store, now time.Time, buckets []leaky.Bucket) []outcome {
+func apply(t *testing.T, s Store, now time.Time, buckets []limit.Bucket) []outcome {
 	t.Helper()
-	results := make([]leaky.Result, len(buckets))
+	results := make([]limit.Result, len(buckets))
 	if err := s.Apply(context.Background(), now, buckets, results); err != nil {
 		t.Fatalf("Apply at %s: %v", now.Format(time.StampMicro), err)
 	}
@@ -91,9 +91,9 @@ func apply(t *testing.T, s Store, now time.Time, buckets []leaky.Bucket) []outco
 
 // checkResult checks what the tables do not spell out: the state and TTL
 // agree with the reported figures.
-func checkResult(t *testing.T, b leaky.Bucket, r leaky.Result) {
+func checkResult(t *testing.T, b limit.Bucket, r limit.Result) {
 	t.Helper()
-	if b.Limit.Algorithm != leaky.LeakyBucket {
+	if b.Limit.Algorithm != limit.LeakyBucket {
 		switch {
 		case r.TTL != r.Clear:
 			t.Fatalf("window %q: TTL %s, want clear %s", b.Key, r.TTL, r.Clear)
@@ -131,7 +131,7 @@ func runTables(t *testing.T, newStore NewStore, tables []table) {
 }
 
 func testIsolation(t *testing.T, s Store) {
-	l := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
 	// Keys that differ only in bytes a careless store might treat specially.
 	keys := []string{
 		"api|user=a", "api|user=a ", "api|user=A", "api|user=a\n", "api|user=a\x00",
@@ -139,13 +139,13 @@ func testIsolation(t *testing.T, s Store) {
 		"api|user=%7Ba%7D", "", "*", "api|user=a*",
 	}
 	for i, k := range keys {
-		got := apply(t, s, T0, []leaky.Bucket{bucket(k, l, 1)})
+		got := apply(t, s, T0, []limit.Bucket{bucket(k, l, 1)})
 		if !got[0].admitted {
 			t.Fatalf("key %d %q: first request rejected: another key shares its bucket", i, k)
 		}
 	}
 	for i, k := range keys {
-		got := apply(t, s, T0, []leaky.Bucket{bucket(k, l, 1)})
+		got := apply(t, s, T0, []limit.Bucket{bucket(k, l, 1)})
 		if got[0].admitted {
 			t.Fatalf("key %d %q: second request admitted: the bucket was not kept", i, k)
 		}
@@ -153,30 +153,30 @@ func testIsolation(t *testing.T, s Store) {
 }
 
 func testLimitChange(t *testing.T, s Store) {
-	big := leaky.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
-	small := leaky.Limit{Size: 3, DripRate: time.Second, DripSize: 1}
-	apply(t, s, T0, []leaky.Bucket{bucket("k", big, 6)})
+	big := limit.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
+	small := limit.Limit{Size: 3, DripRate: time.Second, DripSize: 1}
+	apply(t, s, T0, []limit.Bucket{bucket("k", big, 6)})
 	// After a reload shrinks the limit, the bucket holds more than its size:
 	// it is over the limit until it has drained below the new size.
 	want := []outcome{{false, 0, 5 * time.Second, 3 * time.Second}}
-	if got := apply(t, s, T0.Add(time.Second), []leaky.Bucket{bucket("k", small, 1)}); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := apply(t, s, T0.Add(time.Second), []limit.Bucket{bucket("k", small, 1)}); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after shrinking: got %v, want %v", got, want)
 	}
 	want = []outcome{{true, 0, 3 * time.Second, 0}}
-	if got := apply(t, s, T0.Add(4*time.Second), []leaky.Bucket{bucket("k", small, 1)}); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := apply(t, s, T0.Add(4*time.Second), []limit.Bucket{bucket("k", small, 1)}); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after draining: got %v, want %v", got, want)
 	}
 }
 
 func testCanceled(t *testing.T, s Store) {
-	l := leaky.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	l := limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	results := make([]leaky.Result, 1)
-	if err := s.Apply(ctx, T0, []leaky.Bucket{bucket("k", l, 1)}, results); err == nil {
+	results := make([]limit.Result, 1)
+	if err := s.Apply(ctx, T0, []limit.Bucket{bucket("k", l, 1)}, results); err == nil {
 		t.Fatal("Apply with a canceled context succeeded")
 	}
-	if got := apply(t, s, T0, []leaky.Bucket{bucket("k", l, 1)}); !got[0].admitted {
+	if got := apply(t, s, T0, []limit.Bucket{bucket("k", l, 1)}); !got[0].admitted {
 		t.Fatal("the canceled call charged the bucket")
 	}
 }
@@ -185,16 +185,16 @@ func testCanceled(t *testing.T, s Store) {
 const workers = 200
 
 func testConcurrentOneBucket(t *testing.T, s Store) {
-	raceOneBucket(t, s, leaky.Limit{Size: 100, DripRate: time.Hour, DripSize: 1})
+	raceOneBucket(t, s, limit.Limit{Size: 100, DripRate: time.Hour, DripSize: 1})
 }
 
 // raceOneBucket has workers callers race for one bucket of limit l (of
 // 100) and wants exactly 100 admitted.
-func raceOneBucket(t *testing.T, s Store, l leaky.Limit) {
+func raceOneBucket(t *testing.T, s Store, l limit.Limit) {
 	var admitted atomic.Int64
 	parallel(t, workers, func(int) error {
-		results := make([]leaky.Result, 1)
-		if err := s.Apply(context.Background(), T0, []leaky.Bucket{bucket("hot", l, 1)}, results); err != nil {
+		results := make([]limit.Result, 1)
+		if err := s.Apply(context.Background(), T0, []limit.Bucket{bucket("hot", l, 1)}, results); err != nil {
 			return err
 		}
 		if results[0].Admitted {
@@ -208,17 +208,17 @@ func raceOneBucket(t *testing.T, s Store, l leaky.Limit) {
 }
 
 func testConcurrentHierarchy(t *testing.T, s Store) {
-	user := leaky.Limit{Size: 50, DripRate: time.Hour, DripSize: 1}
-	trade := leaky.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
+	user := limit.Limit{Size: 50, DripRate: time.Hour, DripSize: 1}
+	trade := limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
 	tr, ot := racePaths(t, s,
-		[]leaky.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=trade", trade, 1)},
-		[]leaky.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=view", user, 1)})
+		[]limit.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=trade", trade, 1)},
+		[]limit.Bucket{bucket("api|user=alex", user, 1), bucket("api|user=alex|action=view", user, 1)})
 	if tr > 10 || tr+ot != 50 {
 		t.Fatalf("admitted %d trades and %d views, want at most 10 trades and exactly 50 in all", tr, ot)
 	}
 	// Rejected requests charged nothing: the user bucket holds exactly the
 	// admitted requests, and so does the trade bucket.
-	got := apply(t, s, T0, []leaky.Bucket{bucket("api|user=alex", user, 0), bucket("api|user=alex|action=trade", trade, 0)})
+	got := apply(t, s, T0, []limit.Bucket{bucket("api|user=alex", user, 0), bucket("api|user=alex|action=trade", trade, 0)})
 	if got[0].clear != 50*time.Hour || got[1].clear != time.Duration(tr)*time.Hour {
 		t.Fatalf("after the run: got %v, want the user bucket holding 50 and the trade bucket %d", got, tr)
 	}
@@ -226,14 +226,14 @@ func testConcurrentHierarchy(t *testing.T, s Store) {
 
 // racePaths has workers callers race, the even ones sending request a,
 // the odd ones b, and counts the admitted of each.
-func racePaths(t *testing.T, s Store, a, b []leaky.Bucket) (admittedA, admittedB int64) {
+func racePaths(t *testing.T, s Store, a, b []limit.Bucket) (admittedA, admittedB int64) {
 	var na, nb atomic.Int64
 	parallel(t, workers, func(i int) error {
 		req, count := a, &na
 		if i%2 == 1 {
 			req, count = b, &nb
 		}
-		results := make([]leaky.Result, len(req))
+		results := make([]limit.Result, len(req))
 		if err := s.Apply(context.Background(), T0, req, results); err != nil {
 			return err
 		}

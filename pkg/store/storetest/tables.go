@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 type table struct {
@@ -13,25 +13,25 @@ type table struct {
 }
 
 // one is a call on a single bucket.
-func one(at time.Duration, b leaky.Bucket, want outcome) call {
-	return call{at, []leaky.Bucket{b}, []outcome{want}}
+func one(at time.Duration, b limit.Bucket, want outcome) call {
+	return call{at, []limit.Bucket{b}, []outcome{want}}
 }
 
 func tables() []table {
 	const s = time.Second
-	perSecond := func(size, dripSize int64) leaky.Limit {
-		return leaky.Limit{Size: size, DripRate: s, DripSize: dripSize}
+	perSecond := func(size, dripSize int64) limit.Limit {
+		return limit.Limit{Size: size, DripRate: s, DripSize: dripSize}
 	}
 
 	l3 := perSecond(3, 1)
 	l10x4 := perSecond(10, 4)
-	l5 := leaky.Limit{Size: 5, DripRate: 200 * ms, DripSize: 1}
-	zero := leaky.Limit{Size: 0, DripRate: time.Minute, DripSize: 1}
+	l5 := limit.Limit{Size: 5, DripRate: 200 * ms, DripSize: 1}
+	zero := limit.Limit{Size: 0, DripRate: time.Minute, DripSize: 1}
 	user, trade := perSecond(10, 1), perSecond(2, 1)
 	one1 := perSecond(1, 1)
 
-	many := func(lastSize int64, n int, hits int64) []leaky.Bucket {
-		bs := make([]leaky.Bucket, n)
+	many := func(lastSize int64, n int, hits int64) []limit.Bucket {
+		bs := make([]limit.Bucket, n)
 		for i := range bs {
 			bs[i] = bucket(fmt.Sprintf("many|b=%d", i), perSecond(5, 1), hits)
 		}
@@ -108,20 +108,20 @@ func tables() []table {
 			one(11*s, bucket("k", l3, 1), outcome{true, 0, 3 * s, 0}),
 		}},
 		{"HierarchyAllOrNothing", []call{
-			{0, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 9, 1 * s, 0}, {true, 1, 1 * s, 0}}},
-			{0, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {true, 0, 2 * s, 0}}},
+			{0, []limit.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 9, 1 * s, 0}, {true, 1, 1 * s, 0}}},
+			{0, []limit.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {true, 0, 2 * s, 0}}},
 			// The trade level is full: the user level is not charged.
-			{0, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {false, 0, 2 * s, 1 * s}}},
-			{0, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {false, 0, 2 * s, 1 * s}}},
-			{0, []leaky.Bucket{bucket("u", user, 1)}, []outcome{{true, 7, 3 * s, 0}}},
-			{1 * s, []leaky.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 7, 3 * s, 0}, {true, 0, 2 * s, 0}}},
+			{0, []limit.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {false, 0, 2 * s, 1 * s}}},
+			{0, []limit.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 8, 2 * s, 0}, {false, 0, 2 * s, 1 * s}}},
+			{0, []limit.Bucket{bucket("u", user, 1)}, []outcome{{true, 7, 3 * s, 0}}},
+			{1 * s, []limit.Bucket{bucket("u", user, 1), bucket("u|t", trade, 1)}, []outcome{{true, 7, 3 * s, 0}, {true, 0, 2 * s, 0}}},
 		}},
 		{"ShadowNeverRejects", []call{
-			{0, []leaky.Bucket{bucket("a", one1, 1), shadow(bucket("b", one1, 1))}, []outcome{{true, 0, 1 * s, 0}, {true, 0, 1 * s, 0}}},
+			{0, []limit.Bucket{bucket("a", one1, 1), shadow(bucket("b", one1, 1))}, []outcome{{true, 0, 1 * s, 0}, {true, 0, 1 * s, 0}}},
 			// The full shadow bucket reports over the limit; the request passes.
-			{500 * ms, []leaky.Bucket{bucket("c", one1, 1), shadow(bucket("b", one1, 1))}, []outcome{{true, 0, 1 * s, 0}, {false, 0, 500 * ms, 500 * ms}}},
-			{500 * ms, []leaky.Bucket{bucket("c", one1, 0)}, []outcome{{true, 0, 1 * s, 0}}},
-			{500 * ms, []leaky.Bucket{bucket("a", one1, 1), shadow(bucket("b", one1, 1))}, []outcome{{false, 0, 500 * ms, 500 * ms}, {false, 0, 500 * ms, 500 * ms}}},
+			{500 * ms, []limit.Bucket{bucket("c", one1, 1), shadow(bucket("b", one1, 1))}, []outcome{{true, 0, 1 * s, 0}, {false, 0, 500 * ms, 500 * ms}}},
+			{500 * ms, []limit.Bucket{bucket("c", one1, 0)}, []outcome{{true, 0, 1 * s, 0}}},
+			{500 * ms, []limit.Bucket{bucket("a", one1, 1), shadow(bucket("b", one1, 1))}, []outcome{{false, 0, 500 * ms, 500 * ms}, {false, 0, 500 * ms, 500 * ms}}},
 		}},
 		{"ManyBucketsInOneCall", []call{
 			{0, many(5, 10, 1), repeat(outcome{true, 4, 1 * s, 0}, 10)},

@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // Sliding returns a sliding-window limit.
-func Sliding(limit int64, window, resolution time.Duration) leaky.Limit {
-	return leaky.Limit{Algorithm: leaky.SlidingWindow, Size: limit, Window: window, Resolution: resolution}
+func Sliding(size int64, window, resolution time.Duration) limit.Limit {
+	return limit.Limit{Algorithm: limit.SlidingWindow, Size: size, Window: window, Resolution: resolution}
 }
 
 // Fixed returns a fixed-window limit.
-func Fixed(limit int64, window time.Duration) leaky.Limit {
-	return leaky.Limit{Algorithm: leaky.FixedWindow, Size: limit, Window: window}
+func Fixed(size int64, window time.Duration) limit.Limit {
+	return limit.Limit{Algorithm: limit.FixedWindow, Size: size, Window: window}
 }
 
 // windowTables are the windows' step tables through a store, and requests
@@ -25,10 +25,10 @@ func windowTables() []table {
 	const s = time.Second
 	sw := Sliding(5, 10*s, s)
 	fw := Fixed(3, 10*s)
-	lb := leaky.Limit{Size: 5, DripRate: s, DripSize: 1}
+	lb := limit.Limit{Size: 5, DripRate: s, DripSize: 1}
 	sw2, fwm := Sliding(2, 10*s, s), Fixed(10, time.Minute)
-	mix := func(hits int64) []leaky.Bucket {
-		return []leaky.Bucket{bucket("mix|lb", lb, hits), bucket("mix|sw", sw2, hits), bucket("mix|fw", fwm, hits)}
+	mix := func(hits int64) []limit.Bucket {
+		return []limit.Bucket{bucket("mix|lb", lb, hits), bucket("mix|sw", sw2, hits), bucket("mix|fw", fwm, hits)}
 	}
 	return []table{
 		{"Sliding", []call{
@@ -57,9 +57,9 @@ func windowTables() []table {
 			one(13*s, bucket("fw", fw, 4), outcome{false, 0, 0, 10 * s}), // over the limit: the next window
 		}},
 		{"ShadowWindow", []call{
-			{0, []leaky.Bucket{bucket("sh|lb", lb, 2), shadow(bucket("sh|sw", Sliding(1, 10*s, s), 2))},
+			{0, []limit.Bucket{bucket("sh|lb", lb, 2), shadow(bucket("sh|sw", Sliding(1, 10*s, s), 2))},
 				[]outcome{{true, 3, 2 * s, 0}, {false, 0, 0, 10 * s}}},
-			{0, []leaky.Bucket{bucket("sh|lb", lb, 0), bucket("sh|sw", Sliding(1, 10*s, s), 0)},
+			{0, []limit.Bucket{bucket("sh|lb", lb, 0), bucket("sh|sw", Sliding(1, 10*s, s), 0)},
 				[]outcome{{true, 3, 2 * s, 0}, {true, 1, 0, 0}}}, // the shadow window was not charged
 		}},
 		{"MixedAllOrNothing", []call{
@@ -76,7 +76,7 @@ func windowTables() []table {
 // testConcurrentWindows has many callers race for one window of each kind
 // and counts the admitted: exactly the limit.
 func testConcurrentWindows(t *testing.T, newStore NewStore) {
-	for _, l := range []leaky.Limit{Sliding(100, time.Hour, time.Minute), Fixed(100, time.Hour)} {
+	for _, l := range []limit.Limit{Sliding(100, time.Hour, time.Minute), Fixed(100, time.Hour)} {
 		t.Run(l.Algorithm.String(), func(t *testing.T) { raceOneBucket(t, newStore(t), l) })
 	}
 }
@@ -88,17 +88,17 @@ func testConcurrentWindows(t *testing.T, newStore NewStore) {
 func testConcurrentMixed(t *testing.T, s Store) {
 	user := Sliding(50, time.Hour, time.Minute)
 	trade := Fixed(10, time.Hour)
-	view := leaky.Limit{Size: 1000, DripRate: time.Hour, DripSize: 1}
+	view := limit.Limit{Size: 1000, DripRate: time.Hour, DripSize: 1}
 	tr, vw := racePaths(t, s,
-		[]leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=trade", trade, 1)},
-		[]leaky.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=view", view, 1)})
+		[]limit.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=trade", trade, 1)},
+		[]limit.Bucket{bucket("mx|user=alex", user, 1), bucket("mx|user=alex|action=view", view, 1)})
 	// Views may take the user's 50 before 10 trades have passed.
 	if tr > 10 || tr+vw != 50 {
 		t.Fatalf("admitted %d trades and %d views, want at most 10 trades and exactly 50 in all", tr, vw)
 	}
 	// Rejected requests charged nothing: each level holds exactly what was
 	// admitted through it.
-	got := apply(t, s, T0, []leaky.Bucket{bucket("mx|user=alex", user, 0), bucket("mx|user=alex|action=trade", trade, 0), bucket("mx|user=alex|action=view", view, 0)})
+	got := apply(t, s, T0, []limit.Bucket{bucket("mx|user=alex", user, 0), bucket("mx|user=alex|action=trade", trade, 0), bucket("mx|user=alex|action=view", view, 0)})
 	tradeClear := time.Duration(0)
 	if tr > 0 {
 		tradeClear = 53*time.Minute + 53*time.Second // the hour's window ends then

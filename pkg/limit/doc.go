@@ -1,4 +1,4 @@
-// Package leaky is the leaky-bucket rate-limit algorithm and the types every
+// Package limit is the leaky-bucket rate-limit algorithm and the types every
 // store shares.
 //
 // A bucket holds at most Size requests. Every DripRate, DripSize requests leak
@@ -16,4 +16,4 @@
 // microseconds and a Limit's DripRate must be a whole number of microseconds,
 // so that a store that computes in microseconds (a Redis script, whose numbers
 // are doubles) reaches exactly the same decisions.
-package leaky
+package limit

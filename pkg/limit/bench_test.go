@@ -1,4 +1,4 @@
-package leaky
+package limit
 
 import (
 	"testing"
