@@ -7,6 +7,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
@@ -140,17 +141,17 @@ type leakyReading struct{ l limit.Limit }
 var leakyObject = newObject(
 	requiredField("size", func(r *reader, f field, p *fieldPath, lb *leakyReading) bool {
 		var ok bool
-		lb.l.Size, ok = r.integer(f.value, p, 0, limit.MaxSize)
+		lb.l.Size, ok = r.integer(f.value, p, 0, leaky.MaxSize)
 		return ok
 	}),
 	requiredField("drip_rate", func(r *reader, f field, p *fieldPath, lb *leakyReading) bool {
 		var ok bool
-		lb.l.DripRate, ok = r.micros(f.value, p, limit.MaxDripRate)
+		lb.l.DripRate, ok = r.micros(f.value, p, leaky.MaxDripRate)
 		return ok
 	}),
 	fieldOf("drip_size", func(r *reader, f field, p *fieldPath, lb *leakyReading) bool {
 		var ok bool
-		lb.l.DripSize, ok = r.integer(f.value, p, 1, limit.MaxSize)
+		lb.l.DripSize, ok = r.integer(f.value, p, 1, leaky.MaxSize)
 		return ok
 	}),
 )

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
@@ -48,6 +49,12 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("unknown algorithm %q (want leaky_bucket, sliding_window or fixed_window)", s)
 }
 
+// Leaky returns l as a leaky bucket; l.Algorithm must be LeakyBucket for
+// it to mean anything.
+func (l Limit) Leaky() leaky.Bucket {
+	return leaky.Bucket{Size: l.Size, DripRate: l.DripRate, DripSize: l.DripSize}
+}
+
 // Sliding returns l as a sliding window, its fields moved into their valid
 // range (so that a decision never divides by zero); l.Algorithm must be
 // SlidingWindow for it to mean anything.
@@ -79,41 +86,43 @@ func clampWindow(d time.Duration) time.Duration {
 	return min(max(d.Truncate(time.Microsecond), time.Microsecond), window.MaxWindow)
 }
 
-// decideOne decides one bucket at now (Unix microseconds) without the
-// all-or-nothing rule: for a leaky bucket the hits are charged if they fit;
-// a window's State is left as it was (charge adds the hits).
-func decideOne(s State, l Limit, now, hits int64) Result {
+// decideOne decides one bucket at now without the all-or-nothing rule: for
+// a leaky bucket the hits are charged if they fit; a window's State is left
+// as it was (charge adds the hits).
+func decideOne(s State, l Limit, now time.Time, hits int64) Result {
 	switch l.Algorithm {
 	case SlidingWindow:
 		w := l.Sliding()
 		res := w.Resolution.Microseconds()
-		r := w.Decide(window.SlidingState{Newest: floorDiv(s.Timestamp, res), Counts: s.Counts}, time.UnixMicro(now), hits)
+		r := w.Decide(window.SlidingState{Newest: floorDiv(s.Timestamp, res), Counts: s.Counts}, now, hits)
 		return fromWindow(r, s)
 	case FixedWindow:
 		w := l.Fixed()
 		win := w.Window.Microseconds()
-		r := w.Decide(window.FixedState{Index: floorDiv(s.Timestamp, win), Count: s.Counter}, time.UnixMicro(now), hits)
+		r := w.Decide(window.FixedState{Index: floorDiv(s.Timestamp, win), Count: s.Counter}, now, hits)
 		return fromWindow(r, s)
 	}
-	return decide(s, l.clamped(), now, hits)
+	r := l.Leaky().Decide(leaky.State{Counter: s.Counter, Timestamp: s.Timestamp}, now, hits)
+	return Result{Admitted: r.Admitted, State: State{Counter: r.State.Counter, Timestamp: r.State.Timestamp},
+		Remaining: r.Remaining, Clear: r.Clear, Reset: r.Reset, TTL: r.TTL}
 }
 
 // charge adds a window's admitted hits to its State (a leaky bucket's
 // decision has charged them already). A sliding window's counts are changed
 // in place.
-func charge(r *Result, l Limit, now, hits int64) {
+func charge(r *Result, l Limit, now time.Time, hits int64) {
 	switch l.Algorithm {
 	case SlidingWindow:
 		w := l.Sliding()
 		res := w.Resolution.Microseconds()
 		st := window.SlidingState{Newest: floorDiv(r.State.Timestamp, res), Counts: r.State.Counts}
-		w.Charge(&st, time.UnixMicro(now), hits)
+		w.Charge(&st, now, hits)
 		r.State = State{Counter: sum(st.Counts), Timestamp: st.Newest * res, Counts: st.Counts}
 	case FixedWindow:
 		w := l.Fixed()
 		win := w.Window.Microseconds()
 		st := window.FixedState{Index: floorDiv(r.State.Timestamp, win), Count: r.State.Counter}
-		w.Charge(&st, time.UnixMicro(now), hits)
+		w.Charge(&st, now, hits)
 		r.State = State{Counter: st.Count, Timestamp: st.Index * win}
 	}
 }

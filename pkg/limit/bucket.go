@@ -34,10 +34,9 @@ type Bucket struct {
 // sliding window's Counts in results share memory with its Counts in states,
 // which are changed.
 func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result) bool {
-	us := now.UnixMicro()
 	admitted := true
 	for i := range buckets {
-		results[i] = decideOne(states[i], buckets[i].Limit, us, buckets[i].Hits)
+		results[i] = decideOne(states[i], buckets[i].Limit, now, buckets[i].Hits)
 		if !results[i].Admitted && !buckets[i].Shadow {
 			admitted = false
 		}
@@ -45,7 +44,7 @@ func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result
 	if admitted {
 		for i, b := range buckets {
 			if results[i].Admitted && b.Hits != 0 {
-				charge(&results[i], b.Limit, us, b.Hits)
+				charge(&results[i], b.Limit, now, b.Hits)
 			}
 		}
 		return true
@@ -53,7 +52,7 @@ func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result
 	for i := range buckets {
 		if results[i].Admitted && buckets[i].Hits != 0 {
 			// Show the bucket as it stays: uncharged.
-			results[i] = decideOne(states[i], buckets[i].Limit, us, 0)
+			results[i] = decideOne(states[i], buckets[i].Limit, now, 0)
 		}
 	}
 	return false

@@ -1,7 +1,6 @@
 package limit
 
 import (
-	"math/bits"
 	"slices"
 	"time"
 )
@@ -49,10 +48,9 @@ type Result struct {
 // limit's algorithm, and charges them when they do: the decision of a
 // request with this one bucket.
 //
-// For a leaky bucket it drips the bucket in state s to now and admits when
-// counter + hits <= Size. Hits of 0 check without charging; negative hits
-// give requests back (the counter does not go below 0). Time going
-// backwards drips nothing. Windows follow package window.
+// A leaky bucket is decided by package leaky, the windows by package
+// window. Hits of 0 check without charging; negative hits give requests
+// back.
 //
 // Decide is pure: the same arguments always give the same Result. It
 // allocates nothing for a leaky bucket or a fixed window (a sliding window
@@ -60,120 +58,11 @@ type Result struct {
 // in place). Limit fields out of range are read as their nearest valid
 // value (see Limit.Validate).
 func Decide(s State, l Limit, now time.Time, hits int64) Result {
-	us := now.UnixMicro()
-	r := decideOne(s, l, us, hits)
+	r := decideOne(s, l, now, hits)
 	if r.Admitted && hits != 0 {
-		charge(&r, l, us, hits)
+		charge(&r, l, now, hits)
 	}
 	return r
-}
-
-// decide is Decide on a clamped limit, with now in Unix microseconds. Every
-// step below has its line in the Redis script.
-func decide(s State, l Limit, now, hits int64) Result {
-	rate := int64(l.DripRate / time.Microsecond)
-	counter, ts := min(max(s.Counter, 0), maxValue), min(max(s.Timestamp, -maxValue), maxValue)
-	hits = min(max(hits, -maxValue), maxValue)
-	since := elapsed(ts, now)
-
-	// 1. Drip: whole drips since the last one leave the bucket. If time went
-	// backwards (since < 0), nothing leaks until it has caught up.
-	if counter > 0 && since > 0 {
-		drips := since / rate
-		if drips >= ceilDiv(counter, l.DripSize) {
-			counter = 0
-		} else if drips > 0 {
-			counter -= drips * l.DripSize // < counter: no overflow
-			ts += drips * rate            // <= now: no overflow
-			since -= drips * rate
-		}
-	}
-	if counter == 0 {
-		// An empty bucket starts leaking from its next request, not before.
-		ts, since = now, 0
-	}
-
-	// 2. Check, and charge what fits.
-	var r Result
-	switch {
-	case hits < 0:
-		r.Admitted = true
-		counter += hits // counter >= 0: no overflow
-		if counter <= 0 {
-			counter, ts, since = 0, now, 0
-		}
-	case hits <= l.Size-counter:
-		r.Admitted = true
-		counter += hits
-	}
-	r.State = State{Counter: counter, Timestamp: ts}
-
-	// 3. Report, in microseconds until converted.
-	clear := drainTime(counter, l.DripSize, rate, since)
-	if r.Admitted && counter < l.Size {
-		r.Remaining = l.Size - counter
-	}
-	if !r.Admitted {
-		reset := addSat(clear, rate)
-		if hits <= l.Size {
-			need := hits - (l.Size - counter) // > 0: the hits did not fit
-			reset = drainTime(need, l.DripSize, rate, since)
-		}
-		r.Reset = micros(reset)
-	}
-	r.Clear = micros(clear)
-	if counter > 0 {
-		r.TTL = micros(addSat(clear, rate))
-	}
-	return r
-}
-
-// maxValue bounds every count and every time in microseconds (2^53, some
-// 285 years): values beyond saturate to it. Below it, every value and every
-// product the algorithm takes is exact in a double, so the Redis script,
-// whose numbers are doubles, reaches the same results bit for bit.
-const maxValue = 1 << 53
-
-// elapsed returns now - ts in microseconds, within [-maxValue, maxValue]:
-// negative when time went backwards, saturated for a corrupt timestamp.
-func elapsed(ts, now int64) int64 {
-	d := now - ts
-	switch {
-	case now > ts && (d < 0 || d > maxValue):
-		return maxValue
-	case now < ts && (d > 0 || d < -maxValue):
-		return -maxValue
-	}
-	return d
-}
-
-// drainTime returns how long, in microseconds, until n requests have leaked
-// from a bucket whose last drip was since microseconds ago. After time went
-// backwards since is negative, and the wait longer by as much.
-func drainTime(n, dripSize, rate, since int64) int64 {
-	if n <= 0 {
-		return 0
-	}
-	return min(mulSat(ceilDiv(n, dripSize), rate)-since, maxValue) // since < rate: > 0
-}
-
-// micros converts microseconds, at most maxValue, to a Duration.
-func micros(us int64) time.Duration {
-	return time.Duration(us) * time.Microsecond
-}
-
-// mulSat returns a*b for a, b >= 0, or maxValue if that is more.
-func mulSat(a, b int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi != 0 || lo > maxValue {
-		return maxValue
-	}
-	return int64(lo)
-}
-
-// addSat returns a+b for a, b in [0, maxValue], or maxValue if that is more.
-func addSat(a, b int64) int64 {
-	return min(a+b, maxValue)
 }
 
 // Equal reports whether s and o are the same state (nil and empty counts

@@ -1,19 +1,19 @@
-// Package limit is the leaky-bucket rate-limit algorithm and the types every
-// store shares.
+// Package limit is what a limit is, whatever its algorithm: a Limit names
+// its Algorithm (the leaky bucket of package leaky, or a window of package
+// window) and its parameters, and a State is what a store keeps for it.
 //
-// A bucket holds at most Size requests. Every DripRate, DripSize requests leak
-// out. A request of n hits is admitted when the bucket has room for n more;
-// there are no windows, so there are no bursts at window edges.
+// Decide decides one bucket by its limit's algorithm. DecideAll decides
+// every bucket of one request together with the all-or-nothing rule: the
+// hits are charged to every bucket only if every bucket that is not in
+// shadow mode admits them. Lease is the step of a replica that decides
+// locally. Rate and Unit translate envoyproxy/ratelimit's requests per unit
+// into a Limit and back.
 //
-// Decide is the whole algorithm: a pure function of a bucket's State, its
-// Limit, the current instant and the hits to add. DecideAll applies it to every
-// bucket of one request with the all-or-nothing rule: the hits are charged to
-// every bucket only if every bucket that is not in shadow mode admits them.
-// Stores (the in-memory store in package memory, the Redis store) only load
-// and save State around these two functions, atomically.
+// All of these are pure: stores (pkg/store) only load and save State around
+// them, atomically, and this package knows nothing of where State lives.
 //
 // Time is kept in whole microseconds: a State's Timestamp is a Unix time in
-// microseconds and a Limit's DripRate must be a whole number of microseconds,
-// so that a store that computes in microseconds (a Redis script, whose numbers
-// are doubles) reaches exactly the same decisions.
+// microseconds and every duration of a Limit a whole number of them, so that
+// a store that computes in microseconds (a Redis script, whose numbers are
+// doubles) reaches exactly the same decisions.
 package limit

@@ -1,6 +1,10 @@
 package limit
 
-import "time"
+import (
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+)
 
 // Lease is one step of a replica that decides locally (the local-first
 // mode): it gives back ret units it was granted at the instant at and did
@@ -17,21 +21,20 @@ import "time"
 // Lease is pure, and allocates nothing for a leaky bucket or a fixed
 // window.
 func Lease(s State, l Limit, now time.Time, ret int64, at time.Time, ask int64) (granted int64, r Result) {
-	us := now.UnixMicro()
-	ret, ask = min(max(ret, 0), maxValue), min(max(ask, 0), maxValue)
+	ret, ask = min(max(ret, 0), leaky.MaxValue), min(max(ask, 0), leaky.MaxValue)
 	if ret > 0 {
 		if l.Algorithm == LeakyBucket {
-			s = decideOne(s, l, us, -ret).State
+			s = decideOne(s, l, now, -ret).State
 		} else {
 			s = Uncharge(s, l, at, ret)
 		}
 	}
-	r = decideOne(s, l, us, 0)
+	r = decideOne(s, l, now, 0)
 	granted = min(ask, r.Remaining)
 	if !r.Admitted || granted <= 0 {
 		return 0, r
 	}
-	r = decideOne(s, l, us, granted)
-	charge(&r, l, us, granted)
+	r = decideOne(s, l, now, granted)
+	charge(&r, l, now, granted)
 	return granted, r
 }

@@ -1,92 +1,29 @@
 package limit
 
 import (
-	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
 
-const us = time.Microsecond
-
-func TestRateLimit(t *testing.T) {
-	cases := []struct {
-		rate Rate
-		want Limit
-	}{
-		{Rate{100, Minute, 0}, lb(100, 600*ms, 1)},
-		{Rate{3, Second, 0}, lb(3, 333333*us, 1)},
-		{Rate{10, Second, 0}, lb(10, 100*ms, 1)},
-		{Rate{1000, Second, 0}, lb(1000, 1*ms, 1)},
-		{Rate{1001, Second, 0}, lb(1001, 1998*us, 2)},
-		{Rate{1000000, Second, 0}, lb(1000000, 1*ms, 1000)},
-		{Rate{4294967295, Second, 0}, lb(4294967295, 1*ms, 4294968)},
-		{Rate{5, Hour, 0}, lb(5, 12*time.Minute, 1)},
-		{Rate{2, Week, 0}, lb(2, 84*time.Hour, 1)},
-		{Rate{1, Month, 0}, lb(1, 30*24*time.Hour, 1)},
-		{Rate{1, Year, 0}, lb(1, 365*24*time.Hour, 1)},
-		{Rate{10, Second, 30}, lb(10, 3*time.Second, 1)},
-		{Rate{0, Second, 0}, lb(0, time.Second, 1)},
-		{Rate{0, Day, 0}, lb(0, 24*time.Hour, 1)},
-		// A multiplier beyond 100 years is capped there.
-		{Rate{1, Year, 4000000000}, lb(1, 100*365*24*time.Hour, 1)},
-	}
-	for _, c := range cases {
-		got := c.rate.Limit()
-		if got != c.want {
-			t.Errorf("%v.Limit() = %v, want %v", c.rate, got, c.want)
-		}
-		if err := got.Validate(); err != nil {
-			t.Errorf("%v.Limit() is invalid: %v", c.rate, err)
-		}
-	}
-}
-
-func TestLimitRate(t *testing.T) {
-	cases := []struct {
-		limit Limit
-		want  Rate
-	}{
-		{lb(100, 600*ms, 1), Rate{100, Minute, 0}},
-		{lb(60, time.Second, 1), Rate{60, Minute, 0}},
-		{lb(3, 333333*us, 1), Rate{3, Second, 0}},
-		{lb(1000000, 1*ms, 1000), Rate{1000000, Second, 0}},
-		{lb(5, 2*time.Second, 1), Rate{30, Minute, 0}},
-		{lb(10, 7*time.Second, 1), Rate{514, Hour, 0}},
-		{lb(24, time.Hour, 1), Rate{24, Day, 0}},
-		{lb(0, time.Second, 1), Rate{0, Second, 0}},
-		{lb(1, 100*365*24*time.Hour, 1), Rate{1, Year, 0}},
-	}
-	for _, c := range cases {
-		if got := c.limit.Rate(); got != c.want {
-			t.Errorf("%v.Rate() = %v, want %v", c.limit, got, c.want)
-		}
-	}
-	// Every rate in a whole unit survives the round trip.
-	for _, u := range Units {
-		for _, n := range []uint32{1, 3, 7, 100, 999, 12345, 1000000} {
-			r := Rate{RequestsPerUnit: n, Unit: u}
-			if got := r.Limit().Rate(); got != r {
-				t.Errorf("%v.Limit().Rate() = %v", r, got)
-			}
-		}
-	}
-}
-
+// TestLimitValidate: each algorithm's fields are checked by its own
+// package; an unknown algorithm is an error.
 func TestLimitValidate(t *testing.T) {
 	cases := []struct {
 		limit Limit
 		want  string // "" for valid
 	}{
-		{lb(0, time.Second, 1), ""},
-		{lb(MaxSize, us, MaxSize), ""},
+		{lb(1, time.Second, 1), ""},
 		{lb(-1, time.Second, 1), "size must be >= 0"},
-		{lb(MaxSize+1, time.Second, 1), "size must be <="},
 		{lb(1, 0, 1), "drip_rate must be at least 1us"},
-		{lb(1, 1500*time.Nanosecond, 1), "whole number of microseconds"},
-		{lb(1, time.Second, 0), "drip_size must be >= 1"},
-		{lb(1, MaxDripRate, 1), ""},
-		{lb(1, MaxDripRate+time.Microsecond, 1), "drip_rate must be at most"},
+		{Limit{Algorithm: SlidingWindow, Size: 10, Window: time.Minute}, ""},
+		{Limit{Algorithm: SlidingWindow, Size: 10, Window: time.Minute, Resolution: 7 * time.Second}, "does not divide"},
+		{Limit{Algorithm: FixedWindow, Size: 10, Window: time.Minute}, ""},
+		{Limit{Algorithm: FixedWindow, Size: -1, Window: time.Minute}, "limit must be 0 to"},
+		{Limit{Algorithm: 9, Size: 1, DripRate: time.Second, DripSize: 1}, "unknown algorithm 9"},
 	}
 	for _, c := range cases {
 		err := c.limit.Validate()
@@ -99,24 +36,30 @@ func TestLimitValidate(t *testing.T) {
 	}
 }
 
-func TestParseUnit(t *testing.T) {
-	for _, u := range Units {
-		for _, s := range []string{u.String(), strings.ToUpper(u.String())} {
-			got, err := ParseUnit(s)
-			if err != nil || got != u {
-				t.Errorf("ParseUnit(%q) = %v, %v; want %v", s, got, err, u)
-			}
+// TestDecideLeakyBucketIsLeakyDecide: Decide on a leaky bucket's Limit
+// answers exactly as package leaky, whatever the state, the hits and the
+// fields (in range or not).
+func TestDecideLeakyBucketIsLeakyDecide(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func(vs ...int64) int64 { return vs[rng.IntN(len(vs))] }
+	for i := range 5000 {
+		l := lb(pick(-1, 0, 1, 5, 100, leaky.MaxSize, leaky.MaxSize+1),
+			time.Duration(pick(-1, 0, 1, 1000, 1e6, int64(leaky.MaxDripRate/time.Microsecond)))*time.Microsecond,
+			pick(-1, 0, 1, 3, leaky.MaxSize))
+		s := State{Counter: pick(0, 1, 4, 100, 1<<53, 1<<62), Timestamp: t0.UnixMicro() - pick(-5e6, 0, 1, 999999, 1e9)}
+		hits := pick(-7, -1, 0, 1, 2, 50, 1<<60)
+		now := t0.Add(time.Duration(pick(0, 1, 1e3, 1e9)))
+		got := Decide(s, l, now, hits)
+		want := l.Leaky().Decide(leaky.State{Counter: s.Counter, Timestamp: s.Timestamp}, now, hits)
+		wantAsLimit := Result{Admitted: want.Admitted, State: State{Counter: want.State.Counter, Timestamp: want.State.Timestamp},
+			Remaining: want.Remaining, Clear: want.Clear, Reset: want.Reset, TTL: want.TTL}
+		if !got.Equal(wantAsLimit) {
+			t.Fatalf("case %d: %v, %+v, %d hits at %v: got %+v, want %+v", i, l, s, hits, now, got, wantAsLimit)
 		}
-	}
-	if _, err := ParseUnit("fortnight"); !errors.Is(err, ErrUnknownUnit) {
-		t.Errorf("ParseUnit(fortnight): got %v, want ErrUnknownUnit", err)
-	}
-	if d := Unit(0).Duration(); d != 0 {
-		t.Errorf("invalid unit has duration %s", d)
 	}
 }
 
-// lb is a leaky bucket's limit, for the tables above.
+// lb is a leaky bucket's limit, for the tables of this package.
 func lb(size int64, rate time.Duration, dripSize int64) Limit {
 	return Limit{Size: size, DripRate: rate, DripSize: dripSize}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
@@ -51,7 +52,7 @@ func TestPolicyWindow(t *testing.T) {
 		{limit.Limit{Size: 100, DripRate: 600 * time.Millisecond, DripSize: 1}, 60}, // 100/minute
 		{limit.Limit{Size: 10, DripRate: time.Second, DripSize: 3}, 4},
 		{limit.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, 1},
-		{limit.Limit{Size: limit.MaxSize, DripRate: limit.MaxDripRate, DripSize: 1}, 9223372036},
+		{limit.Limit{Size: leaky.MaxSize, DripRate: leaky.MaxDripRate, DripSize: 1}, 9223372036},
 		{limit.Limit{Algorithm: limit.SlidingWindow, Size: 5, Window: time.Hour, Resolution: time.Minute}, 3600},
 		{limit.Limit{Algorithm: limit.FixedWindow, Size: 5, Window: 1500 * time.Millisecond}, 2},
 	} {

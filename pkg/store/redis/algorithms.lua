@@ -2,9 +2,9 @@
 -- decide: decide.lua and lease.lua.
 --
 -- A port of the decisions limit.DecideAll calls (pkg/limit): leaky.decide
--- for a leaky bucket, window.Sliding and window.Fixed (pkg/window) for the
--- windows. Lua numbers are doubles; every value stays at or below 2^53,
--- where doubles are exact integers, as in the Go code.
+-- (pkg/leaky) for a leaky bucket, window.Sliding and window.Fixed
+-- (pkg/window) for the windows. Lua numbers are doubles; every value stays
+-- at or below 2^53, where doubles are exact integers, as in the Go code.
 
 local SLIDING, FIXED = 1, 2
 

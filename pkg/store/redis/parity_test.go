@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
@@ -62,7 +63,7 @@ func TestScriptMatchesDecide(t *testing.T) {
 				if err := c.Set(ctx, key, stored, time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
-				// A stored counter is at most limit.MaxSize.
+				// A stored counter is at most leaky.MaxSize.
 				states[i], _ = decodeState(stored)
 			}
 		}
@@ -126,9 +127,9 @@ func checkStored(t *testing.T, c *goredis.Client, key string, before limit.State
 func pick[T any](rng *rand.Rand, xs ...T) T { return xs[rng.IntN(len(xs))] }
 
 func randomLimit(rng *rand.Rand) limit.Limit {
-	size := pick(rng, 0, 1, 2, 3, 5, 10, 100, 1000, limit.MaxSize, 1+rng.Int64N(1e6))
+	size := pick(rng, 0, 1, 2, 3, 5, 10, 100, 1000, leaky.MaxSize, 1+rng.Int64N(1e6))
 	rate := pick(rng, int64(1), 7, 1000, 333333, 1e6, 6e7, 36e8, 1<<53, 1+rng.Int64N(1e9))
-	drip := pick(rng, 1, 1, 1, 2, 3, 4, 7, 100, limit.MaxSize, 1+rng.Int64N(1000))
+	drip := pick(rng, 1, 1, 1, 2, 3, 4, 7, 100, leaky.MaxSize, 1+rng.Int64N(1000))
 	return limit.Limit{Size: size, DripRate: time.Duration(rate) * time.Microsecond, DripSize: drip}
 }
 
@@ -140,7 +141,7 @@ func randomState(rng *rand.Rand, l limit.Limit, now time.Time) limit.State {
 	if rng.IntN(6) == 0 {
 		return limit.State{}
 	}
-	counter := pick(rng, 1, l.Size, l.Size+1, max(l.Size-1, 1), rng.Int64N(2*l.Size+2), limit.MaxSize, 1<<53)
+	counter := pick(rng, 1, l.Size, l.Size+1, max(l.Size-1, 1), rng.Int64N(2*l.Size+2), leaky.MaxSize, 1<<53)
 	rate := l.DripRate.Microseconds()
 	offset := pick(rng, 0, -rng.Int64N(10*min(rate, 1<<40)+1), rng.Int64N(1e9), -(1 << 52), -now.UnixMicro(), 1<<40,
 		1<<60, -(1 << 60), 1<<53-now.UnixMicro()+1) // beyond 2^53: clamped alike

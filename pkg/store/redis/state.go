@@ -3,6 +3,7 @@ package redis
 import (
 	"encoding/binary"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
@@ -15,13 +16,13 @@ import (
 //	hi = counter*128 + (timestamp>>48 + 32)
 //	lo = timestamp & (2^48-1)
 //
-// The counter of a stored bucket is at most limit.MaxSize (2^40); the
+// The counter of a stored bucket is at most leaky.MaxSize (2^40); the
 // timestamp, in Unix microseconds, within ±2^53. decide.lua and undo.lua
 // read and write the same layout with Lua's struct library ('>I6I6').
 const stateLen = 12
 
 const (
-	maxStoredCounter = limit.MaxSize
+	maxStoredCounter = leaky.MaxSize
 	maxTimestamp     = 1 << 53
 	lowBits          = 48
 	topBias          = 32 // 2^53 >> 48: makes the timestamp's top part non-negative

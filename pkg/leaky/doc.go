@@ -1,0 +1,16 @@
+// Package leaky is the leaky bucket: its parameters (Bucket), its State,
+// and Decide, one pure function of (state, bucket, now, hits).
+//
+// A bucket holds at most Size requests. Every DripRate, DripSize requests
+// leak out. A request of n hits is admitted when the bucket has room for n
+// more; there are no windows, so there are no bursts at window edges.
+//
+// It is one algorithm and nothing else: package limit names the algorithm
+// of each limit, decides a request's buckets together (all or nothing) and
+// leases units; the stores (pkg/store) keep the state.
+//
+// Time is kept in whole microseconds: a State's Timestamp is a Unix time in
+// microseconds and a Bucket's DripRate must be a whole number of
+// microseconds, so that a store that computes in microseconds (a Redis
+// script, whose numbers are doubles) reaches exactly the same decisions.
+package leaky
