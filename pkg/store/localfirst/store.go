@@ -103,37 +103,6 @@ type shard struct {
 	m  map[string]*entry
 }
 
-// entry is one bucket as this replica knows it.
-type entry struct {
-	limit limit.Limit
-	// lease is the units this replica may admit without asking Redis;
-	// leasedAt is Redis's time of the grant they came from.
-	lease, leasedAt int64
-	// global is the bucket on Redis after the last grant, for the figures
-	// a response reports.
-	global limit.State
-	// demand is the hits asked for since the last sync (admitted or not),
-	// prev those of the interval before: what the next lease is sized by.
-	demand, prev int64
-	// idle counts the intervals without demand, up to idleHold.
-	idle int
-	// stale is a sliding window's units set aside by expire, granted at
-	// staleAt, for the next sync to give back.
-	stale, staleAt int64
-	// roomAt is when Redis had room again for one more unit, as it said
-	// at the last grant (its clock, Unix microseconds).
-	roomAt int64
-	// dry is set when Redis had less room than asked: no more asking
-	// until the next sync.
-	dry bool
-	// forgot is set when the bucket is reset while a call is out for it:
-	// the call's answer is not used.
-	forgot bool
-	// busy is closed when the lease call out for this bucket returns; nil
-	// when none is.
-	busy chan struct{}
-}
-
 // New returns a store deciding locally against remote's leases and starts
 // its sync loop. Close stops it and gives back what it holds.
 func New(remote Remote, opts Options) (*Store, error) {
@@ -295,65 +264,6 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	}
 }
 
-// entry returns the entry of bucket b, made if new; an error if the table
-// is full.
-func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
-	e := sh.m[b.Key]
-	if e != nil && e.limit == b.Limit {
-		return e, nil
-	}
-	if e == nil {
-		if s.bytes.Load()+cost(b.Key) > s.maxBytes {
-			return nil, errFull
-		}
-		s.bytes.Add(cost(b.Key))
-		e = &entry{}
-		sh.m[b.Key] = e
-	}
-	if e.limit != b.Limit {
-		// A new limit (a reload): what was leased under the old one is
-		// not this one's. It is left to leak or expire on Redis.
-		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot}
-	}
-	return e, nil
-}
-
-var errFull = errors.New("local-first store: the local table is full")
-
-func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
-
-// expire ends the leased units of a window that may no longer be used,
-// on Redis's clock. A fixed window's units count in the window they were
-// charged to: they end with it, and are no loss, as it has ended. A
-// sliding window's count from the sub-window they were charged to, and
-// leave the window that much early if used later: they are used for at
-// most a sub-window or an interval, whichever is longer, then set aside
-// for the next sync to give back.
-func (s *Store) expire(e *entry, rnow int64) {
-	if e.lease == 0 {
-		return
-	}
-	switch e.limit.Algorithm {
-	case limit.SlidingWindow:
-		usable := max(e.limit.Sliding().Resolution.Microseconds(), s.interval.Microseconds())
-		if rnow-e.leasedAt >= usable {
-			if e.stale > 0 && e.staleAt != e.leasedAt {
-				s.lost.Add(uint64(e.stale)) // only one set aside at a time
-				e.stale = 0
-			}
-			e.stale, e.staleAt = e.stale+e.lease, e.leasedAt
-			e.lease = 0
-		}
-	case limit.FixedWindow:
-		win := e.limit.Fixed().Window.Microseconds()
-		if floorDiv(rnow, win) > floorDiv(e.leasedAt, win) {
-			// Ended. (A window after rnow's is one Redis answered in
-			// after this request was made.)
-			e.lease, e.leasedAt = 0, 0
-		}
-	}
-}
-
 // askMore marks the buckets short as busy and returns the channel closed
 // when Redis has answered, and what to ask it: what the request lacks, and
 // at least twice the bucket's demand so far (a leaky bucket: or a
@@ -424,40 +334,6 @@ func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, 
 		sh.mu.Unlock()
 	}
 	return err
-}
-
-// report is the result a bucket reports: its lease, and Redis's state as
-// last learnt, dripped to now, for what the others hold.
-func (s *Store) report(e *entry, b limit.Bucket, rnow int64, admitted bool) limit.Result {
-	global := e.global
-	if b.Limit.Algorithm == limit.SlidingWindow {
-		// Redis reports a sliding window's count, not its counts: as if
-		// all in its newest sub-window, which leaves last.
-		global = limit.State{Counter: global.Counter, Timestamp: global.Timestamp, Counts: []int64{global.Counter}}
-	}
-	at := time.UnixMicro(rnow)
-	own := b.Hits <= e.lease
-	if own {
-		r := limit.Decide(global, b.Limit, at, 0)
-		r.Admitted = true
-		left := e.lease // what stays, with Redis's room, if it is not charged
-		if admitted {
-			left -= b.Hits
-		}
-		r.Remaining = min(max(r.Remaining+left, 0), b.Limit.Size)
-		return r
-	}
-	// Not enough leased: when would Redis have room for what is lacking?
-	r := limit.Decide(global, b.Limit, at, b.Hits-e.lease)
-	r.Admitted = own
-	r.Remaining = 0
-	if b.Limit.Algorithm == limit.SlidingWindow {
-		// Its counts are not known here: when Redis said it would have room.
-		r.Reset = time.Duration(e.roomAt-rnow) * time.Microsecond
-	}
-	next := time.Duration(s.nextSync.Load()-(rnow-s.offset.Load())) * time.Microsecond
-	r.Reset = max(r.Reset, next, 0)
-	return r
 }
 
 func (s *Store) lock(ids []uint32) {
