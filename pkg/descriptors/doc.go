@@ -1,5 +1,6 @@
 // Package descriptors loads the rate-limit configuration and resolves request
-// descriptors to the buckets they are checked against.
+// descriptors to the buckets they are checked against. It decides nothing
+// and keeps no bucket: deciding is package limit's, keeping pkg/store's.
 //
 // A config file holds one domain and a tree of descriptors, in a superset of
 // envoyproxy/ratelimit's format:

@@ -1,6 +1,10 @@
-// Package limit is what a limit is, whatever its algorithm: a Limit names
-// its Algorithm (the leaky bucket of package leaky, or a window of package
-// window) and its parameters, and a State is what a store keeps for it.
+// Package limit is what a limit is, whatever its algorithm: Limit, State,
+// DecideAll, leases and rates. It decides but keeps nothing: where State
+// lives is pkg/store's business, and each algorithm's arithmetic is
+// package leaky's or package window's.
+//
+// A Limit names its Algorithm and its parameters, and a State is what a
+// store keeps for one bucket of it.
 //
 // Decide decides one bucket by its limit's algorithm. DecideAll decides
 // every bucket of one request together with the all-or-nothing rule: the

@@ -1,7 +1,8 @@
 // Package rls is the Envoy rate-limit service (envoy.service.ratelimit.v3):
 // it validates a ShouldRateLimit request, resolves its descriptors to
 // buckets with package descriptors, asks the store to decide them all at
-// once, and builds the response and its headers.
+// once, and builds the response and its headers. It reads no flag or file
+// and opens no port itself: cmd/envoy-rls wires it.
 //
 // A request is admitted only if every bucket of every descriptor admits it;
 // then all are charged, else none is. A descriptor's status is the most

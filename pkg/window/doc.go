@@ -1,6 +1,9 @@
-// Package window holds the window algorithms beside the leaky bucket: the
-// sliding window (a count over the last Window, in sub-windows of
-// Resolution) and the fixed window (envoyproxy/ratelimit's counting). Each
+// Package window is the sliding and fixed windows: their parameters,
+// states and pure decisions. Like package leaky, it knows no other
+// algorithm, no request of several buckets and no store.
+//
+// The sliding window is a count over the last Window, in sub-windows of
+// Resolution; the fixed window is envoyproxy/ratelimit's counting. Each
 // decision is a pure function of (state, limit, now, hits), as leaky's:
 // Decide says whether hits fit and what to report, changing nothing, and
 // Charge adds them once every bucket of the request has admitted, so that

@@ -1,6 +1,7 @@
 // Package fallback keeps the service deciding while its shared store (Redis)
 // fails: requests are decided on an in-process memory store until the
-// shared store answers again.
+// shared store answers again. It is not a cache: nothing decided locally
+// reaches Redis.
 //
 // While it falls back, each replica limits on its own: with N replicas, up
 // to N times a limit passes. Buckets charged locally are not carried over

@@ -1,5 +1,6 @@
-// Package memory is the in-process leaky-bucket store: the embedded default
-// for a single replica, with no setup.
+// Package memory is the in-process store of buckets of every algorithm:
+// the embedded default for a single replica, with no setup. It shares
+// nothing between replicas; that is what package redis is for.
 //
 // Buckets live in a fixed number of shards, each a map behind its own mutex.
 // A request locks the shards of all its buckets (in ascending order, so two

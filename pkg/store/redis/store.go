@@ -1,11 +1,13 @@
-// Package redis is the Redis store of leaky buckets, for several service
-// replicas sharing one Redis, a Sentinel-managed Redis or a Redis Cluster.
+// Package redis is the Redis store of buckets of every algorithm, for
+// several service replicas sharing one Redis, a Sentinel-managed Redis or a
+// Redis Cluster. It decides every request on Redis, exactly; deciding in
+// process against leases is package localfirst's.
 //
-// In the default script mode, one Lua script (a port of
-// limit.DecideAll) reads, decides and charges all buckets of a request that
-// share a hash slot in one round trip, on the Redis server's clock, so
-// replicas with skewed clocks agree; with Options.Batch, one call decides
-// several queued requests of a slot in turn, each all or nothing. In transactions mode, for
+// In the default script mode, one Lua script (a port of limit.DecideAll)
+// reads, decides and charges all buckets of a request that share a hash
+// slot in one round trip, on the Redis server's clock, so replicas with
+// skewed clocks agree; with Options.Batch, one call decides several queued
+// requests of a slot in turn, each all or nothing. In transactions mode, for
 // Redis-compatible servers without scripting, each request is a WATCH /
 // MULTI / EXEC transaction that decides with limit.DecideAll in Go.
 //

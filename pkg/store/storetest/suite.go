@@ -1,8 +1,8 @@
-// Package storetest is the conformance suite every store passes:
-// step tables on fixed instants, the all-or-nothing rule, shadow buckets,
-// isolation of keys whatever their bytes, and exact admission counts under
-// concurrency. A store that passes answers exactly as limit.DecideAll applied
-// atomically.
+// Package storetest is the conformance suite every store passes, for
+// tests only: it is not a store. Step tables on fixed instants for every
+// algorithm, the all-or-nothing rule, shadow buckets, isolation of keys
+// whatever their bytes, and exact admission counts under concurrency. A
+// store that passes answers exactly as limit.DecideAll applied atomically.
 package storetest
 
 import (
