@@ -21,26 +21,24 @@ type State struct {
 	Counts []int64
 }
 
-// Result is the outcome of one decision for one bucket.
+// Result is the outcome of one decision for one bucket, whatever its
+// algorithm: what package leaky or package window reports, with the State
+// a store saves.
 type Result struct {
-	// Admitted reports whether the bucket had room for the hits. A peek
-	// (0 hits) is admitted unless the bucket is over its size; a refund
-	// (negative hits) always is.
+	// Admitted reports whether the hits fit. A peek (0 hits) fits unless
+	// the bucket is already past its limit; a refund (negative hits)
+	// always does.
 	Admitted bool
-	// State is the bucket after the decision: dripped to now, and charged
-	// with the hits when they were admitted.
+	// State is the bucket after the decision, charged when admitted.
 	State State
-	// Remaining is Size minus the counter after the decision; 0 when the
-	// hits were not admitted.
+	// Remaining is how many more hits would fit after the decision; 0 when
+	// the hits did not fit.
 	Remaining int64
-	// Clear is the time until the bucket is empty.
+	// Clear is the time until the bucket counts nothing.
 	Clear time.Duration
-	// Reset is, when the hits were not admitted, the time until enough has
-	// leaked for them to fit. Hits larger than the bucket never fit; Reset is
-	// then the time to empty the bucket plus one drip.
+	// Reset is, when the hits did not fit, the time until they would.
 	Reset time.Duration
-	// TTL is how long a store must keep State: until the bucket is empty, plus
-	// one drip. 0 means the bucket is empty and need not be kept.
+	// TTL is how long a store must keep State; 0 means it need not be kept.
 	TTL time.Duration
 }
 
