@@ -36,7 +36,9 @@ type Result struct {
 	Remaining int64
 	// Clear is the time until the bucket counts nothing.
 	Clear time.Duration
-	// Reset is, when the hits did not fit, the time until they would.
+	// Reset is, when the hits did not fit, the time until they would;
+	// hits over the limit never fit, and Reset is then the algorithm's
+	// longest wait (see package leaky and package window).
 	Reset time.Duration
 	// TTL is how long a store must keep State; 0 means it need not be kept.
 	TTL time.Duration

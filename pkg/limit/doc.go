@@ -1,6 +1,6 @@
 // Package limit is what a limit is, whatever its algorithm: Limit, State,
 // DecideAll, leases and rates. It decides but keeps nothing: where State
-// lives is pkg/store's business, and each algorithm's arithmetic is
+// lives is pkg/store's business, and each algorithm's own decision is
 // package leaky's or package window's.
 //
 // A Limit names its Algorithm and its parameters, and a State is what a

@@ -1,6 +1,6 @@
-// Package layout checks the repository's layout (DESIGN.md, "Layout"):
-// each folder of pkg is one idea, and imports only point down the list
-// cmd, rls, descriptors, store, limit, leaky, window.
+// Package layout checks the repository's layout (the README's Development
+// section): each folder of pkg is one idea, and imports only point down
+// the list cmd, rls, descriptors, store, limit, leaky, window.
 package layout
 
 import (
@@ -84,8 +84,8 @@ func TestImportsPointDown(t *testing.T) {
 	}
 }
 
-// TestFilesStaySmall fails on a non-test Go file under cmd or pkg of more
-// than 450 lines: past that, a file holds more than one job.
+// TestFilesStaySmall fails on a non-test Go file under cmd, pkg or
+// internal of more than 450 lines: past that, a file holds more than one job.
 func TestFilesStaySmall(t *testing.T) {
 	const most = 450
 	root := filepath.Join("..", "..")

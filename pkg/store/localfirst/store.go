@@ -2,8 +2,8 @@
 // replica decides in process, against units of each bucket that Redis
 // leased to it, and reconciles with Redis once per interval in batched
 // script calls, so that Redis work grows with the buckets in use per
-// interval rather than with requests. It keeps no bucket of its own: Redis
-// holds every bucket, the replica only what it was leased.
+// interval rather than with requests. Redis holds every bucket; a replica
+// keeps only the units it was leased and what it last learnt of each.
 //
 // A lease is charged on Redis like admitted hits, before the replica
 // admits anything with it, so units granted to all replicas together never

@@ -1,7 +1,7 @@
 -- envoy-rls: the decisions, prepended (after state.lua) to the scripts that
 -- decide: decide.lua and lease.lua.
 --
--- A port of the decisions limit.DecideAll calls (pkg/limit): leaky.decide
+-- A port of the decisions limit.DecideAll calls (pkg/limit): Bucket.Decide
 -- (pkg/leaky) for a leaky bucket, window.Sliding and window.Fixed
 -- (pkg/window) for the windows. Lua numbers are doubles; every value stays
 -- at or below 2^53, where doubles are exact integers, as in the Go code.
@@ -27,10 +27,10 @@ local function drain_time(n, drip_size, rate, since)
   return t
 end
 
--- decide is leaky.decide: it returns admitted (1/0), counter, timestamp,
+-- decide is leaky.Bucket.Decide: it returns admitted (1/0), counter, timestamp,
 -- remaining, clear, reset and ttl.
 local function decide(counter, ts, size, rate, drip_size, hits, now)
-  -- Out-of-range values read as their nearest valid value (Limit.clamped).
+  -- Out-of-range values read as their nearest valid value (leaky.Bucket.Clamped).
   if size < 0 then size = 0 elseif size > MAXSIZE then size = MAXSIZE end
   if rate < 1 then rate = 1 elseif rate > MAX then rate = MAX end
   if drip_size < 1 then drip_size = 1 elseif drip_size > MAXSIZE then drip_size = MAXSIZE end
