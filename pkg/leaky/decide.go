@@ -106,6 +106,23 @@ func (b Bucket) Decide(s State, t time.Time, hits int64) Result {
 	return r
 }
 
+// Charge adds hits to the bucket whether or not they fit: usage already
+// spent, which a limit that charges always records past its size. It
+// drips s to t first; the counter saturates at MaxSize (a debt of more is
+// kept as MaxSize) and never goes below 0. Decide with 0 hits on the state
+// returned reports the bucket: over its size, with the time until it is
+// back within, until the debt has leaked away.
+//
+// Charge is pure and allocates nothing.
+func (b Bucket) Charge(s State, t time.Time, hits int64) State {
+	st := b.Decide(s, t, 0).State
+	st.Counter = min(max(st.Counter+min(max(hits, -MaxSize), MaxSize), 0), MaxSize)
+	if st.Counter == 0 {
+		st.Timestamp = t.UnixMicro()
+	}
+	return st
+}
+
 // elapsed returns now - ts in microseconds, within [-MaxValue, MaxValue]:
 // negative when time went backwards, saturated for a corrupt timestamp.
 func elapsed(ts, now int64) int64 {

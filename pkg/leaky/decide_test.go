@@ -169,3 +169,30 @@ func TestDecideReadsInvalidBucketsAsNearestValid(t *testing.T) {
 		t.Errorf("negative bucket: got %+v, want rejected", r)
 	}
 }
+
+// TestCharge: hits that do not fit are added all the same, past the size;
+// the bucket then reports over its size until the debt has leaked away.
+func TestCharge(t *testing.T) {
+	b := Bucket{Size: 10, DripRate: time.Second, DripSize: 1}
+	s := b.Charge(State{}, t0, 6)
+	if s != (State{Counter: 6, Timestamp: t0.UnixMicro()}) {
+		t.Fatalf("into an empty bucket: %+v", s)
+	}
+	s = b.Charge(s, t0.Add(500*ms), 6) // nothing leaked yet: 12
+	runSteps(t, b, s, []step{
+		{500 * ms, 0, want{false, 12, 0, 11500 * ms, 1500 * ms, 12500 * ms}},
+		{2 * time.Second, 0, want{true, 10, 0, 10 * time.Second, 0, 11 * time.Second}}, // back within
+		{2 * time.Second, 1, want{false, 10, 0, 10 * time.Second, 1 * time.Second, 11 * time.Second}},
+	})
+	if got := b.Charge(State{Counter: 3, Timestamp: t0.UnixMicro()}, t0.Add(time.Hour), 2); got.Counter != 2 || got.Timestamp != t0.Add(time.Hour).UnixMicro() {
+		t.Errorf("after a long idle: %+v, want 2 from the charge's instant", got)
+	}
+	for _, hits := range []int64{MaxSize, math.MaxInt64} {
+		if got := b.Charge(State{Counter: 7, Timestamp: t0.UnixMicro()}, t0, hits); got.Counter != MaxSize {
+			t.Errorf("%d hits: counter %d, want saturated at %d", hits, got.Counter, int64(MaxSize))
+		}
+	}
+	if got := b.Charge(State{Counter: 7, Timestamp: t0.UnixMicro()}, t0, math.MinInt64); got.Counter != 0 {
+		t.Errorf("a huge refund: counter %d, want 0", got.Counter)
+	}
+}

@@ -127,6 +127,24 @@ func charge(r *Result, l Limit, now time.Time, hits int64) {
 	}
 }
 
+// force charges hits that did not fit to a bucket that charges always,
+// past its limit, and reports the bucket as it then stands: not admitted,
+// nothing remaining, and the time until it is back within its limit.
+func force(s State, l Limit, now time.Time, hits int64) Result {
+	switch l.Algorithm {
+	case SlidingWindow, FixedWindow:
+		r := Result{State: s}
+		charge(&r, l, now, hits)
+		s = r.State
+	default:
+		st := l.Leaky().Charge(leaky.State{Counter: s.Counter, Timestamp: s.Timestamp}, now, hits)
+		s = State{Counter: st.Counter, Timestamp: st.Timestamp}
+	}
+	r := decideOne(s, l, now, 0)
+	r.Admitted, r.Remaining = false, 0
+	return r
+}
+
 // Uncharge takes hits back from a window's state, from the (sub-)window
 // they were charged to at the instant at, if the state still counts it:
 // the undo of a charge another slot's rejection calls off. A sliding

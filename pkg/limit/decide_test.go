@@ -65,3 +65,40 @@ func TestDecideAllRejectedRequestKeepsRefundsToo(t *testing.T) {
 		t.Errorf("refunded bucket: got counter %d, want 2 (a rejected request changes nothing)", results[0].State.Counter)
 	}
 }
+
+// TestDecideAllChargesAlways: a bucket that charges always is charged
+// whether the request is admitted or not, past its limit; the others only
+// when it is.
+func TestDecideAllChargesAlways(t *testing.T) {
+	budget := Limit{Algorithm: FixedWindow, Size: 10, Window: time.Hour}
+	req := Limit{Size: 1, DripRate: time.Hour, DripSize: 1}
+	buckets := []Bucket{{Key: "tok", Limit: budget, Hits: 8, Always: true}, {Key: "req", Limit: req, Hits: 1}}
+	states := []State{{}, {Counter: 1, Timestamp: t0.UnixMicro()}} // req is full
+	results := make([]Result, 2)
+	if DecideAll(states, buckets, t0, results) {
+		t.Fatal("admitted although req is full")
+	}
+	if !Saves(buckets[0], false) || Saves(buckets[1], false) {
+		t.Fatal("Saves: want the budget saved and req not, in a rejected request")
+	}
+	if results[0].State.Counter != 8 || !results[0].Admitted || results[0].Remaining != 2 {
+		t.Errorf("budget: %+v, want charged 8 with 2 remaining", results[0])
+	}
+	// The next 8 do not fit: charged all the same, and the budget rejects.
+	states[0], states[1] = results[0].State, State{}
+	if DecideAll(states, buckets, t0, results) {
+		t.Fatal("admitted although the budget had no room for 8")
+	}
+	if results[0].State.Counter != 16 || results[0].Admitted || results[0].Remaining != 0 || results[0].Reset <= 0 {
+		t.Errorf("budget: %+v, want 16 recorded, rejected, with a reset", results[0])
+	}
+	if results[1].State.Counter != 0 {
+		t.Errorf("req: %+v, want uncharged", results[1])
+	}
+	// A check of the budget now rejects.
+	states[0] = results[0].State
+	check := []Bucket{{Key: "tok", Limit: budget, Always: true}}
+	if DecideAll(states[:1], check, t0, results[:1]) || results[0].State.Counter != 16 {
+		t.Errorf("a check past the budget: %+v, want rejected, the count unchanged", results[0])
+	}
+}

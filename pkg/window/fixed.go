@@ -58,12 +58,13 @@ func (l Fixed) Decide(s FixedState, now time.Time, hits int64) Result {
 	return r
 }
 
-// Charge adds hits to the window holding now, as Decide admitted them; a
-// refund never takes the count below 0.
+// Charge adds hits to the window holding now, as Decide admitted them or
+// past the limit (a limit that charges always); the count saturates at
+// MaxLimit, and a refund never takes it below 0.
 func (l Fixed) Charge(s *FixedState, now time.Time, hits int64) {
 	cur := max(floorDiv(now.UnixMicro(), l.Window.Microseconds()), s.Index)
 	if cur != s.Index {
 		s.Index, s.Count = cur, 0
 	}
-	s.Count = min(max(s.Count+hits, 0), MaxLimit)
+	s.Count = min(max(s.Count+min(max(hits, -MaxLimit), MaxLimit), 0), MaxLimit)
 }

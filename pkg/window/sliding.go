@@ -131,9 +131,11 @@ func (l Sliding) Decide(s SlidingState, now time.Time, hits int64) Result {
 	return r
 }
 
-// Charge adds hits to the window at now, as Decide admitted them: to the
-// sub-window holding now (or, were time to go back, the newest). A refund
-// takes hits back from the newest sub-windows first, none going below 0.
+// Charge adds hits to the window at now, as Decide admitted them or past
+// the limit (a limit that charges always): to the sub-window holding now
+// (or, were time to go back, the newest), whose count saturates at
+// MaxLimit. A refund takes hits back from the newest sub-windows first,
+// none going below 0.
 // s.Counts is resized to SubWindows.
 func (l Sliding) Charge(s *SlidingState, now time.Time, hits int64) {
 	res := l.resolution().Microseconds()
@@ -152,9 +154,10 @@ func (l Sliding) Charge(s *SlidingState, now time.Time, hits int64) {
 	}
 	s.Newest = cur
 	if hits >= 0 {
-		s.Counts[0] = min(s.Counts[0]+hits, MaxLimit)
+		s.Counts[0] = min(s.Counts[0]+min(hits, MaxLimit), MaxLimit)
 		return
 	}
+	hits = max(hits, -MaxLimit*MaxSubWindows) // no more than the counts can hold; -hits cannot overflow
 	for k := range s.Counts {
 		take := min(s.Counts[k], -hits)
 		s.Counts[k] -= take

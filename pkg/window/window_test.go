@@ -2,6 +2,7 @@ package window
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -219,5 +220,32 @@ func TestSlidingMatchesModel(t *testing.T) {
 				l.Charge(&s, now, hits)
 			}
 		}
+	}
+}
+
+// TestChargeSaturates: a charge past the limit (a limit that charges
+// always) of any size saturates the count at MaxLimit, never wrapping.
+func TestChargeSaturates(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
+	f := Fixed{Limit: 10, Window: time.Minute}
+	fs := FixedState{}
+	f.Charge(&fs, now, 7)
+	f.Charge(&fs, now, math.MaxInt64)
+	if fs.Count != MaxLimit {
+		t.Errorf("fixed: count %d, want %d", fs.Count, int64(MaxLimit))
+	}
+	if r := f.Decide(fs, now, 0); r.Admitted || r.Reset != time.Minute {
+		t.Errorf("fixed, over: %+v, want rejected until the window's end", r)
+	}
+	sl := Sliding{Limit: 10, Window: time.Minute, Resolution: time.Second}
+	ss := SlidingState{}
+	sl.Charge(&ss, now, math.MaxInt64)
+	sl.Charge(&ss, now, math.MaxInt64)
+	if ss.Counts[0] != MaxLimit {
+		t.Errorf("sliding: count %d, want %d", ss.Counts[0], int64(MaxLimit))
+	}
+	sl.Charge(&ss, now, math.MinInt64)
+	if ss.Counts[0] != 0 {
+		t.Errorf("sliding, a huge refund: count %d, want 0", ss.Counts[0])
 	}
 }

@@ -186,11 +186,12 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	for i, b := range buckets {
 		states = append(states, s.shards[ids[i]].state(b, us))
 	}
-	if !limit.DecideAll(states, buckets, now, results[:len(buckets)]) {
-		return nil // a rejected request changes nothing
-	}
+	admitted := limit.DecideAll(states, buckets, now, results[:len(buckets)])
 	for i, b := range buckets {
-		s.save(&s.shards[ids[i]], b.Key, results[i], us, buckets)
+		// A rejected request changes nothing but the buckets that charge always.
+		if limit.Saves(b, admitted) {
+			s.save(&s.shards[ids[i]], b.Key, results[i], us, buckets)
+		}
 	}
 	return nil
 }

@@ -19,12 +19,12 @@
 -- ARGV[3]  the number of requests; then for each, its time ("" for
 --          ARGV[1]'s), its number of buckets and its buckets' arguments, as
 --          follows
--- per bucket, 5 arguments: kind (algorithm*2 + shadow), three
---          parameters, hits. The parameters of a leaky bucket (algorithm
---          0) are size, drip rate (microseconds) and drip size; of a
---          sliding window (1) limit, resolution (microseconds) and the
---          number of sub-windows; of a fixed window (2) limit, window
---          (microseconds) and 0.
+-- per bucket, 5 arguments: kind (algorithm*2 + shadow, plus 6 for a
+--          bucket that charges always), three parameters, hits. The
+--          parameters of a leaky bucket (algorithm 0) are size, drip rate
+--          (microseconds) and drip size; of a sliding window (1) limit,
+--          resolution (microseconds) and the number of sub-windows; of a
+--          fixed window (2) limit, window (microseconds) and 0.
 -- A leaky bucket or a fixed window is stored in 12 bytes, a sliding window
 -- in 7 plus 6 per sub-window, with an expiry (state.lua, state.go).
 -- Returns, per bucket of each request in turn: admitted (1/0), counter, timestamp, remaining,
@@ -44,7 +44,10 @@ local before = ARGV[2] == '1'
 -- arguments are read by offset into flat tables, not into a table per
 -- field: each table a call makes costs Redis time on every request (a
 -- version with named per-field arrays took 1 us more per call, about 9%).
--- A kind of "0" or "1" is a leaky bucket, the hot path.
+-- A kind of "0" or "1" is a leaky bucket that charges only admitted
+-- requests, the hot path. A bucket that charges always (kind 6 and up) is
+-- charged whatever the request's answer, past its limit if the hits do not
+-- fit (limit.DecideAll's force): then reported as it stands, not admitted.
 local stored, counters, stamps, counts, res = {}, {}, {}, {}, {}
 local windows = false
 local out, k = {}, 0
@@ -63,7 +66,7 @@ for _ = 1, tonumber(ARGV[3]) do
     local j = 7 * i - 7
     local kind = ARGV[a]
     local admitted
-    if kind == '0' or kind == '1' then
+    if kind == '0' or kind == '1' or floor(tonumber(kind) / 2) % 3 == 0 then
       local c, t = load_state(stored[i])
       counters[i], stamps[i] = c, t
       admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
@@ -74,7 +77,7 @@ for _ = 1, tonumber(ARGV[3]) do
         define_windows()
       end
       local p1, p2, p3, hits = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-      if floor(tonumber(kind) / 2) == SLIDING then
+      if floor(tonumber(kind) / 2) % 3 == SLIDING then
         counters[i] = 0
         stamps[i], counts[i] = load_window(stored[i])
         admitted, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
@@ -96,8 +99,19 @@ for _ = 1, tonumber(ARGV[3]) do
     local a = arg0 + 5 * (i - 1)
     local j = 7 * i - 7
     local kind = ARGV[a]
-    if kind == '0' or kind == '1' then
-      if allowed then
+    local always = kind ~= '0' and kind ~= '1' and tonumber(kind) >= 6
+    if kind == '0' or kind == '1' or floor(tonumber(kind) / 2) % 3 == 0 then
+      local hits = always and tonumber(ARGV[a + 4]) or 0 -- read only where it matters
+      if always and res[j + 1] == 0 and hits > 0 then
+        -- Past the limit: the hits are recorded all the same.
+        local _, c, t = decide(counters[i], stamps[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), 0, now)
+        c = c + hits
+        if c > MAXSIZE then c = MAXSIZE end
+        _, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+          decide(c, t, tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), 0, now)
+        res[j + 1], res[j + 4] = 0, 0
+      end
+      if allowed or (always and hits ~= 0) then
         if res[j + 7] > 0 then
           -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
           store_state(key, res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
@@ -111,14 +125,29 @@ for _ = 1, tonumber(ARGV[3]) do
       end
     else
       local p1, p2, p3, hits = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-      local sliding = floor(tonumber(kind) / 2) == SLIDING
-      if res[j + 1] == 0 or hits == 0 then
+      local sliding = floor(tonumber(kind) / 2) % 3 == SLIDING
+      local charged = allowed or always
+      if hits == 0 or (res[j + 1] == 0 and not always) then
         -- Not charged: a window is left as it was.
-      elseif allowed and sliding then
+      elseif res[j + 1] == 0 and sliding then
+        -- Past the limit: the hits are recorded all the same.
+        local start, cs = charge_sliding(stamps[i], counts[i], p2, p3, hits, now)
+        _, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+          decide_sliding(start, cs, p1, p2, p3, 0, now)
+        res[j + 1], res[j + 4] = 0, 0
+        store_window(key, stored[i], start, cs, 'PX', ceil(res[j + 7] / 1000))
+      elseif res[j + 1] == 0 then
+        local c = res[j + 2] + hits
+        if c > MAXSIZE then c = MAXSIZE end
+        _, res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6], res[j + 7] =
+          decide_fixed(c, res[j + 3], p1, p2, 0, now)
+        res[j + 1], res[j + 4] = 0, 0
+        store_state(key, res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
+      elseif charged and sliding then
         local start, cs = charge_sliding(stamps[i], counts[i], p2, p3, hits, now)
         -- Kept until the newest hits have left the window (ms, rounded up).
         store_window(key, stored[i], start, cs, 'PX', ceil(res[j + 7] / 1000))
-      elseif allowed then
+      elseif charged then
         if res[j + 7] > 0 then
           -- Kept until the window ends (ms, rounded up).
           store_state(key, res[j + 2], res[j + 3], 'PX', ceil(res[j + 7] / 1000))
@@ -142,7 +171,7 @@ for _ = 1, tonumber(ARGV[3]) do
       -- A leaky bucket's state before the charge, for its undo; a window's
       -- undo takes back its hits instead.
       local _, c, t = 0, 0, 0
-      if kind == '0' or kind == '1' then
+      if kind == '0' or kind == '1' or floor(tonumber(kind) / 2) % 3 == 0 then
         _, c, t = decide(counters[i], stamps[i], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), 0, now)
       end
       out[k + 1], out[k + 2] = c, t

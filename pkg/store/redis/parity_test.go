@@ -52,6 +52,7 @@ func TestScriptMatchesDecide(t *testing.T) {
 				Limit:  l,
 				Hits:   randomHits(rng, l),
 				Shadow: rng.IntN(5) == 0,
+				Always: rng.IntN(3) == 0,
 			}
 			states[i] = randomState(rng, l, now)
 			if round == 0 {
@@ -78,13 +79,14 @@ func TestScriptMatchesDecide(t *testing.T) {
 				t.Fatalf("round %d bucket %d: limit %+v, state %+v, hits %d, now %d:\nscript %+v\nGo     %+v",
 					round, i, buckets[i].Limit, states[i], buckets[i].Hits, now.UnixMicro(), got[i], want[i])
 			}
-			checkStored(t, c, redisKey(s.keyPrefix, buckets[i].Key), states[i], want[i], admitted)
+			checkStored(t, c, redisKey(s.keyPrefix, buckets[i].Key), states[i], want[i], limit.Saves(buckets[i], admitted))
 		}
 	}
 }
 
 // checkStored checks what the script left in Redis: the new state with its
-// TTL if the request was admitted, the old state otherwise.
+// TTL if the bucket was charged (admitted: the request was, or the bucket
+// charges always), the old state otherwise.
 func checkStored(t *testing.T, c *goredis.Client, key string, before limit.State, r limit.Result, admitted bool) {
 	t.Helper()
 	ctx := context.Background()

@@ -39,7 +39,7 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				l = randomLimit(rng)
 			}
-			buckets[i] = limit.Bucket{Key: fmt.Sprintf("w|r=%d|b=%d", round, i), Limit: l, Hits: randomHits(rng, l), Shadow: rng.IntN(5) == 0}
+			buckets[i] = limit.Bucket{Key: fmt.Sprintf("w|r=%d|b=%d", round, i), Limit: l, Hits: randomHits(rng, l), Shadow: rng.IntN(5) == 0, Always: rng.IntN(3) == 0}
 			key := redisKey(s.keyPrefix, buckets[i].Key)
 			var stored string
 			switch l.Algorithm {
@@ -89,13 +89,14 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantStored := states[i]
-			if admitted && (b.Limit.Algorithm == limit.LeakyBucket || (want[i].Admitted && b.Hits != 0)) {
+			charged := b.Limit.Algorithm == limit.LeakyBucket || (b.Hits != 0 && (want[i].Admitted || b.Always))
+			if limit.Saves(b, admitted) && charged {
 				wantStored = want[i].State
 				if want[i].TTL == 0 {
 					wantStored = limit.State{}
 				}
 			}
-			if err == goredis.Nil && admitted && want[i].TTL < time.Second {
+			if err == goredis.Nil && limit.Saves(b, admitted) && want[i].TTL < time.Second {
 				continue // a state of a few milliseconds may have expired already
 			}
 			if gotStored := decodeAs(b.Limit, v); !sameStored(gotStored, wantStored) {

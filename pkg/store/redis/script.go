@@ -82,6 +82,9 @@ func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs
 			if b.Shadow {
 				kind++
 			}
+			if b.Always {
+				kind += 6
+			}
 			a.int(kind)
 			p := params(b.Limit)
 			a.int(p[0])

@@ -162,6 +162,8 @@ func undoOf(p *part) *undo {
 		b := p.buckets[j]
 		ch := change{limit: b.Limit}
 		switch {
+		case b.Always:
+			continue // charged whatever the answer: nothing to undo
 		case b.Limit.Algorithm != limit.LeakyBucket:
 			if !r.Admitted || b.Hits == 0 {
 				continue // not charged (a shadow window without room), or a peek

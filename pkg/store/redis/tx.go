@@ -83,17 +83,22 @@ func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, bu
 			}
 		}
 		_, err = tx.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-			if !admitted {
+			wrote := false
+			for i, r := range results {
+				b := buckets[i]
+				switch {
+				case !limit.Saves(b, admitted):
+					continue // a rejected request changes nothing but what charges always
+				case b.Limit.Algorithm != limit.LeakyBucket && (b.Hits == 0 || (!r.Admitted && !b.Always)):
+					continue // a window not charged: as it was
+				}
+				write(ctx, p, keys[i], b.Limit.Algorithm, states[i], stored[i], r.State, r.TTL)
+				wrote = true
+			}
+			if !wrote {
 				// Nothing to write, but EXEC still checks that the state read
 				// was current: a decision on a stale read is made again.
 				p.Ping(ctx)
-				return nil
-			}
-			for i, r := range results {
-				if buckets[i].Limit.Algorithm != limit.LeakyBucket && (!r.Admitted || buckets[i].Hits == 0) {
-					continue // a window not charged: as it was
-				}
-				write(ctx, p, keys[i], buckets[i].Limit.Algorithm, states[i], stored[i], r.State, r.TTL)
 			}
 			return nil
 		})

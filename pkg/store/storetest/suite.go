@@ -39,6 +39,8 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("WindowTables", func(t *testing.T) { runTables(t, newStore, windowTables()) })
 	t.Run("ConcurrentWindows", func(t *testing.T) { testConcurrentWindows(t, newStore) })
 	t.Run("ConcurrentMixedHierarchy", func(t *testing.T) { testConcurrentMixed(t, newStore(t)) })
+	t.Run("ChargeAlwaysTables", func(t *testing.T) { runTables(t, newStore, chargeTables()) })
+	t.Run("ConcurrentCharges", func(t *testing.T) { testConcurrentCharges(t, newStore) })
 }
 
 // T0 is the instant the suite's tables start from.
@@ -107,7 +109,7 @@ func checkResult(t *testing.T, b limit.Bucket, r limit.Result) {
 	switch {
 	case r.State.Counter == 0 && (r.TTL != 0 || r.Clear != 0):
 		t.Fatalf("bucket %q: empty, but TTL %s and clear %s", b.Key, r.TTL, r.Clear)
-	case r.State.Counter > 0 && r.TTL != r.Clear+b.Limit.DripRate:
+	case r.State.Counter > 0 && r.TTL != min(r.Clear+b.Limit.DripRate, saturated):
 		t.Fatalf("bucket %q: TTL %s, want clear %s plus one drip %s", b.Key, r.TTL, r.Clear, b.Limit.DripRate)
 	case r.Admitted && r.Remaining != max(0, b.Limit.Size-r.State.Counter):
 		t.Fatalf("bucket %q: remaining %d with counter %d of %d", b.Key, r.Remaining, r.State.Counter, b.Limit.Size)
