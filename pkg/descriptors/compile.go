@@ -22,6 +22,7 @@ func compileBudget(size int) int { return 64<<20 + 4*size }
 // compiler builds the tree of one parsed domain within a budget of bytes.
 type compiler struct {
 	d      *Domain
+	charge Charge // the file's
 	budget int
 	over   *rawNode // the node that overran the budget
 }
@@ -29,8 +30,8 @@ type compiler struct {
 // compile builds the tree of one parsed domain, or says where the strings
 // it would make overran budget bytes.
 func compile(file string, raw *rawDomain, budget int) (*Domain, *Problem) {
-	c := compiler{d: &Domain{Name: raw.name, File: file, OverLimitBody: raw.overLimitBody, RateLimitAlgorithm: raw.algorithm,
-		prefix: escape(raw.name), leaf: raw.leaf}, budget: budget}
+	c := compiler{d: &Domain{Name: raw.name, File: file, OverLimitBody: raw.overLimitBody, RateLimitAlgorithm: raw.algorithm, Charge: raw.charge,
+		prefix: escape(raw.name), leaf: raw.leaf}, budget: budget, charge: raw.charge}
 	c.d.root = c.level(raw.descriptors, parent{})
 	if n := c.over; n != nil {
 		return nil, &Problem{File: file, Line: max(n.line, 1), Field: n.path(),
@@ -137,7 +138,11 @@ func (c *compiler) node(raw *rawNode, up parent) *node {
 // rule makes the Rule of one limit of a node.
 func (c *compiler) rule(raw *rawNode, l *rawLimit, here parent, mark string) *Rule {
 	d := c.d
-	r := &Rule{Name: l.name, Path: here.path, Limit: l.limit, Shadow: l.shadow, Replaces: l.replaces, label: l.name, mark: mark}
+	r := &Rule{Name: l.name, Path: here.path, Limit: l.limit, Shadow: l.shadow, Replaces: l.replaces, label: l.name, mark: mark,
+		Always: c.charge == ChargeAlways, QuotaMode: raw.quotaMode, Metadata: raw.metadata}
+	if raw.charge != nil {
+		r.Always = *raw.charge == ChargeAlways
+	}
 	d.replaces = d.replaces || len(l.replaces) > 0
 	if r.label == "" {
 		r.label = here.path

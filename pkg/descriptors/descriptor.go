@@ -117,16 +117,16 @@ func init() {
 		flagField("share_threshold", func(d *rawNode) *bool { return &d.shareThreshold }),
 		flagField("detailed_metric", func(d *rawNode) *bool { return &d.detailedMetric }),
 		flagField("value_to_metric", func(d *rawNode) *bool { return &d.valueToMetric }),
-		fieldOf("quota_mode", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
-			on, ok := r.boolean(f.value, p)
-			if ok && on {
-				r.warnOnce(f.key, p, f.name, ignored[f.name])
-			}
+		flagField("quota_mode", func(d *rawNode) *bool { return &d.quotaMode }),
+		fieldOf("metadata", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			d.metadata, ok = r.metadata(f.value, p)
 			return ok
 		}),
-		fieldOf("metadata", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
-			r.warnOnce(f.key, p, f.name, ignored[f.name])
-			return true
+		fieldOf("charge", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			c, ok := r.chargeField(f.value, p)
+			d.charge = &c
+			return ok
 		}),
 	}, limitFields(func(d *rawNode) *limitReading { return &d.one })...)...)
 }
@@ -180,9 +180,15 @@ func (r *reader) descriptor(n *yaml.Node, up *rawNode, index int) *rawNode {
 	if d.unlimited && limitBelow(d.children) {
 		r.warnf(n, p, "the limits below this unlimited descriptor never apply: a descriptor that reaches it is not limited")
 	}
-	if d.one.shadow && len(d.limits) == 0 && !d.unlimited {
-		fp := p.field("shadow_mode")
-		r.warnf(n, &fp, "has no effect: the descriptor has no limit")
+	if len(d.limits) == 0 && !d.unlimited {
+		// What applies to a node's limits does nothing without one.
+		for _, f := range fields {
+			switch f.name {
+			case "shadow_mode", "quota_mode", "charge", "metadata":
+				fp := p.field(f.name)
+				r.warnOnce(f.key, &fp, f.name, "has no effect: the descriptor has no limit")
+			}
+		}
 	}
 	return d
 }

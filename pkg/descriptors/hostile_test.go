@@ -164,7 +164,7 @@ func TestProblemsAreBounded(t *testing.T) {
 	}
 
 	// Warnings too.
-	warn := strings.Replace(b.String(), `{key: "", leaky_bucket: {size: -1, drip_rate: 0s}}`, "{key: a, shadow_mode: true}", 1)
+	warn := strings.Replace(b.String(), `{key: "", leaky_bucket: {size: -1, drip_rate: 0s}}`, "{key: a, share_threshold: true}", 1)
 	_, warnings, err := parse(t, "amp.yaml", warn)
 	if err == nil || len(warnings) != maxProblems+1 || !strings.Contains(warnings[maxProblems].Msg, "more warnings in this file") {
 		t.Fatalf("got %d warnings (%v), want %d and a summary", len(warnings), err, maxProblems)

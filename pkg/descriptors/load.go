@@ -58,6 +58,12 @@ type Options struct {
 	// RateLimitAlgorithm is what each rate_limit block becomes in a file
 	// without rate_limit_algorithm; the zero value is the leaky bucket.
 	RateLimitAlgorithm limit.Algorithm
+	// Charge is when the limits of a file without charge are charged; the
+	// zero value charges admitted requests only.
+	Charge Charge
+	// Leaf makes a file without match apply only the deepest matching
+	// limit (match: leaf, as envoyproxy/ratelimit) instead of every level.
+	Leaf bool
 }
 
 // Load is Load with these options.
@@ -92,7 +98,7 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 	var errs, warnings []Problem
 	firstLine := map[string]int{}
 	for _, src := range sources {
-		r := &reader{file: src.Name, algorithm: o.RateLimitAlgorithm}
+		r := &reader{file: src.Name, algorithm: o.RateLimitAlgorithm, charge: o.Charge, leaf: o.Leaf}
 		raw := parseFile(r, src.Data)
 		r.finish()
 		warnings = append(warnings, r.warnings.list...)

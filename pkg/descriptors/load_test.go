@@ -315,13 +315,12 @@ descriptors:
 	if len(rules) != 4 || rules[1].Name != "per_ip_foo" || !rules[1].Shadow || rules[1].Rate != (limit.Rate{RequestsPerUnit: 60, Unit: limit.Minute}) {
 		t.Fatalf("rules loaded wrong: %+v", rules)
 	}
-	got := map[string]bool{}
-	for _, w := range warnings {
-		got[w.Field[strings.LastIndex(w.Field, ".")+1:]] = true
+	if !rules[1].QuotaMode || fmt.Sprint(rules[1].Metadata) != "map[backend:a]" {
+		t.Errorf("quota_mode and metadata read wrong: %+v", rules[1])
 	}
-	for _, f := range []string{"quota_mode", "metadata"} {
-		if !got[f] {
-			t.Errorf("no warning for %s in %v", f, warnings)
+	for _, w := range warnings {
+		if f := w.Field[strings.LastIndex(w.Field, ".")+1:]; f == "quota_mode" || f == "metadata" {
+			t.Errorf("a warning for %s, which is read: %v", f, w)
 		}
 	}
 }

@@ -14,12 +14,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
-// ignored explains, per accepted field that has no effect, why.
-var ignored = map[string]string{
-	"quota_mode": "is accepted for compatibility with envoyproxy/ratelimit and has no effect: quota mode is not supported",
-	"metadata":   "is accepted for compatibility with envoyproxy/ratelimit and has no effect: descriptor metadata is not sent",
-}
-
 // rawDomain is one file's domain as written, checked field by field.
 type rawDomain struct {
 	name          string
@@ -27,6 +21,7 @@ type rawDomain struct {
 	leaf          bool   // match: leaf
 	overLimitBody string // sent on OVER_LIMIT, {retry_after} filled in
 	algorithm     limit.Algorithm
+	charge        Charge     // the file's charge, else the default the reader was given
 	list          *yaml.Node // the descriptors, read once the algorithm is known
 	descriptors   []*rawNode
 }
@@ -48,6 +43,10 @@ type rawNode struct {
 	detailedMetric bool // metrics of this limit show the request's values
 	valueToMetric  bool // metrics below show this level's value
 	children       []*rawNode
+
+	charge    *Charge        // the node's own charge; nil: the file's
+	quotaMode bool           // over its limits, the descriptor is a quota
+	metadata  map[string]any // sent in the dynamic metadata when it passes
 }
 
 // path returns the descriptor's place in its file, e.g.
@@ -98,7 +97,7 @@ func parseFile(r *reader, data []byte) *rawDomain {
 		return nil
 	}
 	root := deref(doc.Content[0])
-	d := &rawDomain{line: root.Line, algorithm: r.algorithm}
+	d := &rawDomain{line: root.Line, algorithm: r.algorithm, charge: r.charge, leaf: r.leaf}
 	var buf fieldsBuf
 	if _, ok := fileObject.read(r, root, nil, d, buf[:0]); !ok && d.list == nil {
 		return nil
@@ -194,7 +193,9 @@ var fileObject = newObject(
 		case !ok:
 		case m == "leaf":
 			d.leaf = true
-		case m != "all":
+		case m == "all":
+			d.leaf = false
+		default:
 			r.errorf(f.value, p, "%q: want all (every level on the path) or leaf (the deepest, as envoyproxy/ratelimit)", clip(m))
 			return false
 		}
@@ -212,6 +213,11 @@ var fileObject = newObject(
 		}
 		d.algorithm = a
 		return true
+	}),
+	fieldOf("charge", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		var ok bool
+		d.charge, ok = r.chargeField(f.value, p)
+		return ok
 	}),
 	fieldOf("over_limit_body", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
 		var ok bool

@@ -24,6 +24,17 @@ type Rule struct {
 	// Replaces names the limits this one removes from a request that
 	// matches both (envoyproxy/ratelimit's replaces).
 	Replaces []string
+	// Always charges the limit's hits whatever the request's answer, past
+	// the limit if need be (charge: always).
+	Always bool
+	// QuotaMode makes the limit a quota (envoyproxy/ratelimit's
+	// quota_mode): a descriptor over it rejects the request only when every
+	// quota descriptor of the request is over.
+	QuotaMode bool
+	// Metadata is the node's metadata, or nil: merged into the response's
+	// dynamic metadata when the descriptor passes. Shared by every request:
+	// never to be changed.
+	Metadata map[string]any
 
 	label   string       // the metric label: Name, or Path (with the item of limits)
 	metric  []metricPart // per level of Path, when some take the request's value

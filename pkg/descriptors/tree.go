@@ -19,6 +19,9 @@ type Domain struct {
 	// RateLimitAlgorithm is what the file's rate_limit blocks became, and
 	// what a limit sent by Envoy for this domain becomes.
 	RateLimitAlgorithm limit.Algorithm
+	// Charge is the file's charge: its limits' unless a node says
+	// otherwise, and a limit sent by Envoy's.
+	Charge Charge
 
 	prefix string // the domain's key component
 	root   *level

@@ -27,6 +27,12 @@ type reader struct {
 	// algorithm is what a rate_limit becomes: the file's
 	// rate_limit_algorithm, else the default the reader was given.
 	algorithm limit.Algorithm
+	// charge and leaf are the defaults of a file without charge or match.
+	charge Charge
+	leaf   bool
+	// metadataRead holds each metadata mapping read, by node, so that
+	// aliases of one share its reading.
+	metadataRead map[*yaml.Node]map[string]any
 }
 
 // maxProblems bounds the errors, and the warnings, listed per file: a few

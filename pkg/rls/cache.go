@@ -157,14 +157,16 @@ func (c *overLimitCache) remove(key string) {
 // fromCache rejects the request if the over-limit cache knows one of its
 // buckets lacks room for its hits. The buckets it knows are answered from
 // it; the others are marked skipped. A request that checks a bucket without
-// charging it always asks the store, which alone has its figures.
+// charging it always asks the store, which alone has its figures, and so
+// does one that charges a limit that charges always: its charge must be
+// recorded, and a debt's end is the store's to tell.
 func fromCache(cache *overLimitCache, w *work, now time.Time) bool {
 	if cache == nil {
 		return false
 	}
 	for _, b := range w.buckets {
-		if b.Hits == 0 && !b.Shadow {
-			return false
+		if (b.Hits == 0 && !b.Shadow) || (b.Always && b.Hits != 0) {
+			return false // a check, or a charge that must be recorded
 		}
 	}
 	hit := false
@@ -195,7 +197,7 @@ func remember(cache *overLimitCache, w *work, now time.Time) {
 		switch {
 		case b.Hits < 0:
 			cache.remove(b.Key)
-		case !r.Admitted && !b.Shadow && b.Hits > 0 && r.Reset > 0:
+		case !r.Admitted && !b.Shadow && !b.Always && b.Hits > 0 && r.Reset > 0:
 			cache.put(b.Key, cacheEntry{hits: b.Hits, reset: now.Add(r.Reset), clear: now.Add(r.Clear)})
 		}
 	}

@@ -196,7 +196,7 @@ func ExplainConfig(cfg *descriptors.Config, req *rlsv3.RateLimitRequest, shadow 
 		return nil, err
 	}
 	w := new(work)
-	return explain(d, req, w, w.explain(d, req, shadow)), nil
+	return explain(d, req, w, w.explain(d, req, modes{shadow: shadow})), nil
 }
 
 // explainable returns the request's domain, or why it cannot be explained.
@@ -234,7 +234,7 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 		return nil, errNotInspectable
 	}
 	w := new(work)
-	walks := w.explain(d, req, s.shadow)
+	walks := w.explain(d, req, modes{s.shadow, s.quotaMode})
 	if err := s.caps.checkBuckets(len(w.buckets)); err != nil {
 		return nil, err
 	}
@@ -244,7 +244,8 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 		return nil, &storeError{err: err}
 	}
 	limit.DecideAll(states, w.buckets, at, w.results)
-	resp := s.response(d, w, false)
+	w.now = at
+	resp := s.response(d, req, w, false)
 
 	e := explain(d, req, w, walks)
 	e.At, e.Code = at.UTC().Format(time.RFC3339Nano), codeName(resp.GetOverallCode())

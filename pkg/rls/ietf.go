@@ -32,7 +32,7 @@ func ietfHeaders(w *work, all *verdict) []*corev3.HeaderValue {
 	for j := range w.levels {
 		k := w.bucketOf[j]
 		rule := w.levels[j].Rule
-		if k < 0 || w.buckets[k].Shadow || slices.Contains(seen, rule) {
+		if k < 0 || w.shadow(k) || slices.Contains(seen, rule) {
 			continue
 		}
 		seen = append(seen, rule)

@@ -121,15 +121,16 @@ var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 	limit.Year:   rlsv3.RateLimitResponse_RateLimit_YEAR,
 }
 
-// overrideRule turns a validated limit sent by Envoy into a rule, translated
+// overrideRule turns a validated limit sent by Envoy into a rule, charged
+// as the domain's file says (always: whatever the answer), translated
 // as a rate_limit of its domain's files is: to the domain's algorithm.
-func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, algo limit.Algorithm) *descriptors.Rule {
+func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, algo limit.Algorithm, always bool) *descriptors.Rule {
 	rate := limit.Rate{
 		RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit:            overrideUnits[o.GetUnit()],
 		Multiplier:      o.GetUnitMultiplier().GetValue(),
 	}
-	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: rate.LimitAs(algo), Rate: rate}
+	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: rate.LimitAs(algo), Rate: rate, Always: always}
 }
 
 // hitsOf returns the hits a descriptor adds: its own hits_addend if set

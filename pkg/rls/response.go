@@ -22,26 +22,32 @@ func allOK(n int) *rlsv3.RateLimitResponse { return &newResponse(n).resp }
 // descriptor, each the most restrictive of its levels, and the headers,
 // the most restrictive of all. Shadow levels are left out of both: they
 // never change what a client sees.
-func (s *Service) respond(domain *descriptors.Domain, w *work) *rlsv3.RateLimitResponse {
-	return s.response(domain, w, true)
+func (s *Service) respond(domain *descriptors.Domain, req *rlsv3.RateLimitRequest, w *work) *rlsv3.RateLimitResponse {
+	return s.response(domain, req, w, true)
 }
 
 // response is respond; call says the response is a call's, which the
 // observer and the log are told of, and not an explanation's.
-func (s *Service) response(domain *descriptors.Domain, w *work, call bool) *rlsv3.RateLimitResponse {
+//
+// A descriptor over a limit makes the answer OVER_LIMIT; over a quota-mode
+// limit only, it does so when every quota descriptor of the request is
+// over (envoyproxy/ratelimit's quota mode).
+func (s *Service) response(domain *descriptors.Domain, req *rlsv3.RateLimitRequest, w *work, call bool) *rlsv3.RateLimitResponse {
 	n := len(w.starts) - 1
 	b := newResponse(n)
 	resp := &b.resp
 	var all verdict
+	var quotas, quotasOver int
 	for i := range n {
 		var v verdict
+		quota := s.quotaMode && !w.unlimited[i] // every descriptor is a quota, as there
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
 			k := w.bucketOf[j]
 			if k < 0 || w.skipped[k] {
 				continue // replaced, or not decided: the cache rejected the request first
 			}
 			l, r := &w.levels[j], &w.results[k]
-			shadow := w.buckets[k].Shadow
+			shadow := w.shadow(k)
 			if call {
 				s.observer.Limit(domain.Name, l.Rule, l.Key, w.hits[i], r, shadow)
 			}
@@ -51,18 +57,30 @@ func (s *Service) response(domain *descriptors.Domain, w *work, call bool) *rlsv
 				}
 				continue
 			}
-			v.add(l.Rule, r)
-			all.add(l.Rule, r)
+			quota = quota || w.quota[k]
+			v.add(l.Rule, r, w.quota[k])
+			all.add(l.Rule, r, w.quota[k])
 		}
 		w.verdicts = append(w.verdicts, v)
-		v.status(&b.statuses[i])
+		v.status(&b.statuses[i], w.now)
 		if w.unlimited[i] {
 			b.statuses[i].st.LimitRemaining = math.MaxUint32
 		}
-		if v.over {
+		if v.overRegular {
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+		if quota {
+			quotas++
+			if v.over {
+				quotasOver++
+			}
+		}
 	}
+	if quotas > 0 && quotasOver == quotas {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	// Headers and body say "over" only when the answer is.
+	all.over = all.over && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
 	if all.over && domain.OverLimitBody != "" {
 		resp.RawBody = overLimitBody(domain.OverLimitBody, all.reset)
 	}
@@ -70,8 +88,13 @@ func (s *Service) response(domain *descriptors.Domain, w *work, call bool) *rlsv
 	case !all.limited || s.headers == NoHeaders:
 	case s.headers == IETFHeaders:
 		resp.ResponseHeadersToAdd = ietfHeaders(w, &all)
+	case s.headers == EnvoyproxyHeaders:
+		resp.ResponseHeadersToAdd = s.referenceHeaders(b, w)
 	default:
 		resp.ResponseHeadersToAdd = all.headers(b, s.headers == LeakyHeaders)
+	}
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(domain, req, w, b)
 	}
 	return resp
 }
@@ -126,7 +149,7 @@ func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
 		}
 		var deepest *descriptors.Rule
 		for j := w.starts[i]; j < w.starts[i+1]; j++ {
-			if b := w.bucketOf[j]; b >= 0 && !w.buckets[b].Shadow {
+			if b := w.bucketOf[j]; b >= 0 && !w.shadow(b) {
 				deepest = w.levels[j].Rule
 			}
 		}
@@ -144,18 +167,19 @@ func failureResponse(mode FailureMode, w *work) *rlsv3.RateLimitResponse {
 // verdict is the most restrictive of several levels: over if any is over,
 // the least remaining, the longest time to clear and to reset.
 type verdict struct {
-	limited   bool // a level was added
-	over      bool
-	remaining int64
-	clear     time.Duration
-	reset     time.Duration     // when over: until every over level has room
-	binding   *descriptors.Rule // the level that decides: over, or the least remaining
+	limited     bool // a level was added
+	over        bool
+	overRegular bool // over a limit not in quota mode
+	remaining   int64
+	clear       time.Duration
+	reset       time.Duration     // when over: until every over level has room
+	binding     *descriptors.Rule // the level that decides: over, or the least remaining
 	// bindingClear is the binding level's own time to clear, which the
 	// IETF RateLimit field gives for the policy it names.
 	bindingClear time.Duration
 }
 
-func (v *verdict) add(rule *descriptors.Rule, r *limit.Result) {
+func (v *verdict) add(rule *descriptors.Rule, r *limit.Result, quota bool) {
 	if !v.limited {
 		v.limited, v.remaining = true, math.MaxInt64
 	}
@@ -165,6 +189,7 @@ func (v *verdict) add(rule *descriptors.Rule, r *limit.Result) {
 			v.reset, v.binding = r.Reset, rule
 		}
 		v.over = true
+		v.overRegular = v.overRegular || !quota
 	case !v.over && r.Remaining <= v.remaining:
 		v.binding, v.bindingClear = rule, r.Clear // on a tie, the deeper level
 	}
@@ -172,8 +197,11 @@ func (v *verdict) add(rule *descriptors.Rule, r *limit.Result) {
 	v.clear = max(v.clear, r.Clear)
 }
 
-// status fills in a descriptor's status from its verdict.
-func (v *verdict) status(s *descStatus) {
+// status fills in a descriptor's status from its verdict, decided at now.
+// Its duration_until_reset is the time until it is over no more, or until
+// it is empty; a fixed window's, the time to the window's end, as
+// envoyproxy/ratelimit reports it.
+func (v *verdict) status(s *descStatus, now time.Time) {
 	st := &s.st
 	st.Code = rlsv3.RateLimitResponse_OK
 	if !v.limited {
@@ -183,6 +211,9 @@ func (v *verdict) status(s *descStatus) {
 	st.CurrentLimit = &s.limit
 	st.LimitRemaining = uint32(min(v.remaining, math.MaxUint32))
 	d := v.clear
+	if v.binding.Limit.Algorithm == limit.FixedWindow && !now.IsZero() {
+		d = max(d, windowEnd(v.binding.Limit, now))
+	}
 	if v.over {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		d = v.reset

@@ -43,6 +43,11 @@ const (
 	// IETFHeaders adds the IETF httpapi draft's fields (draft -10):
 	// RateLimit-Policy and RateLimit, and on OVER_LIMIT Retry-After.
 	IETFHeaders
+	// EnvoyproxyHeaders adds envoyproxy/ratelimit's headers
+	// (LIMIT_RESPONSE_HEADERS_ENABLED): RateLimit-Limit, RateLimit-Remaining
+	// and RateLimit-Reset, or the names of Options.ReferenceHeaders, of the
+	// descriptor closest to its limit, on every answer.
+	EnvoyproxyHeaders
 )
 
 // FailureMode says how the service answers while the store fails.
@@ -116,6 +121,16 @@ type Options struct {
 	// key or value, and the domain) cap a request: a larger one is
 	// InvalidArgument, before any work. 0 means the Default* cap.
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
+	// QuotaMode puts every limit in quota mode (envoyproxy/ratelimit's
+	// QUOTA_MODE): a descriptor over its limit rejects the request only
+	// when every descriptor of it that has a limit is over.
+	QuotaMode bool
+	// DynamicMetadata sends the response's dynamic_metadata as
+	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA: the domain,
+	// the descriptors, the hits and the metadata of the limits that passed.
+	DynamicMetadata bool
+	// ReferenceHeaders names EnvoyproxyHeaders' headers.
+	ReferenceHeaders ReferenceHeaderNames
 }
 
 // Service is the envoy.service.ratelimit.v3.RateLimitService. It is safe
@@ -137,10 +152,14 @@ type Service struct {
 	storeTimeout time.Duration
 	margin       time.Duration // 0: deadlineMargin's default
 	shadow       bool
-	tracing      *Tracing     // nil: off
-	tracer       trace.Tracer // nil: off
-	errLog       throttle
-	work         sync.Pool
+	quotaMode    bool
+	// dynamicMetadata sends the response's dynamic metadata.
+	dynamicMetadata bool
+	refHeaders      ReferenceHeaderNames
+	tracing         *Tracing     // nil: off
+	tracer          trace.Tracer // nil: off
+	errLog          throttle
+	work            sync.Pool
 }
 
 // New returns a Service.
@@ -167,7 +186,8 @@ func New(opts Options) (*Service, error) {
 		store: opts.Store, storeName: storeName(opts.Store), clock: opts.Clock, log: opts.Logger, headers: opts.Headers, observer: opts.Observer,
 		failureMode: opts.FailureMode, storeTimeout: opts.StoreTimeout, margin: opts.DeadlineMargin, shadow: opts.Shadow,
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
-		caps: newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
+		caps:      newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
+		quotaMode: opts.QuotaMode, dynamicMetadata: opts.DynamicMetadata, refHeaders: opts.ReferenceHeaders.withDefaults(),
 	}
 	if t := opts.Tracing; t != nil {
 		if t.Provider == nil || t.Propagator == nil {
@@ -278,24 +298,31 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 	}
 
 	w = s.work.Get().(*work)
-	w.resolve(d, req, s.shadow)
+	w.resolve(d, req, modes{s.shadow, s.quotaMode})
 	if len(w.buckets) == 0 {
-		return s.respond(d, w), domain, nil // OK: no limit, or allow-listed
+		return s.respond(d, req, w), domain, nil // OK: no limit, or allow-listed
 	}
 	if err := s.caps.checkBuckets(len(w.buckets)); err != nil {
 		return nil, domain, err
 	}
 
 	now := s.clock()
+	w.now = now
 	if fromCache(g.cache, w, now) {
 		s.observer.CacheHit()
 		s.peekUnanswered(ctx, now, w)
-		return s.respond(d, w), domain, nil
+		return s.respond(d, req, w), domain, nil
 	}
 	if err := s.apply(ctx, now, w); err != nil {
 		resp, err := s.storeFailed(ctx, err, domain, w)
 		return resp, domain, err
 	}
 	remember(g.cache, w, now)
-	return s.respond(d, w), domain, nil
+	resp = s.respond(d, req, w)
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT && s.refundQuotaRejected(ctx, now, w) {
+		// The figures as the buckets stay; the observer has been told.
+		w.verdicts = w.verdicts[:0]
+		resp = s.response(d, req, w, false)
+	}
+	return resp, domain, nil
 }

@@ -3,6 +3,7 @@ package rls
 import (
 	"math"
 	"slices"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -26,6 +27,11 @@ type work struct {
 	unlimited []bool
 	hits      []int64   // each descriptor's hits, for the observer
 	verdicts  []verdict // each descriptor's, once the response is made
+	// quota marks the buckets of quota-mode limits: the store sees them
+	// as shadow buckets, which never reject, and the service decides what
+	// their being over means for the request.
+	quota []bool
+	now   time.Time // the instant the request is decided at
 }
 
 // scanBuckets is how many buckets addBucket searches one by one; beyond, a
@@ -37,16 +43,22 @@ func (w *work) reset() {
 	clear(w.buckets)
 	w.entries, w.levels, w.starts, w.unlimited, w.hits = w.entries[:0], w.levels[:0], w.starts[:0], w.unlimited[:0], w.hits[:0]
 	w.bucketOf, w.buckets, w.results, w.skipped = w.bucketOf[:0], w.buckets[:0], w.results[:0], w.skipped[:0]
+	w.quota = w.quota[:0]
 	clear(w.verdicts) // drop references to rules
 	w.verdicts = w.verdicts[:0]
 	clear(w.index)
 }
 
+// modes are the service's settings that apply to every limit: global
+// shadow mode and global quota mode.
+type modes struct{ shadow, quota bool }
+
 // resolve walks each descriptor of req through domain d and gathers the
 // buckets of its levels: levels of replaced limits are dropped, and a
 // bucket reached by several descriptors is one bucket with all their hits.
-// shadow puts every bucket in shadow mode.
-func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) {
+// m.shadow puts every bucket in shadow mode, m.quota every limit in quota
+// mode.
+func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, m modes) {
 	w.starts = append(w.starts, 0)
 	for _, desc := range req.GetDescriptors() {
 		w.entries = entriesOf(desc, w.entries[:0])
@@ -57,12 +69,12 @@ func (w *work) resolve(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shado
 		// only then).
 		w.unlimited = append(w.unlimited, len(w.levels) == before && d.Unlimited(w.entries))
 	}
-	w.gather(d, req, shadow)
+	w.gather(d, req, m)
 }
 
 // explain is resolve, recording each descriptor's walk (for Explain): its
 // levels are the walk's, and the buckets are gathered alike.
-func (w *work) explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) []descriptors.Walk {
+func (w *work) explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, m modes) []descriptors.Walk {
 	walks := make([]descriptors.Walk, 0, len(req.GetDescriptors()))
 	w.starts = append(w.starts, 0)
 	for _, desc := range req.GetDescriptors() {
@@ -72,7 +84,7 @@ func (w *work) explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shado
 		w.starts = append(w.starts, len(w.levels))
 		w.unlimited = append(w.unlimited, walk.Unlimited)
 	}
-	w.gather(d, req, shadow)
+	w.gather(d, req, m)
 	return walks
 }
 
@@ -80,7 +92,7 @@ func (w *work) explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shado
 // nil.
 func overrideOf(d *descriptors.Domain, desc *ratelimitv3.RateLimitDescriptor) *descriptors.Rule {
 	if o := desc.GetLimit(); o != nil {
-		return overrideRule(o, d.RateLimitAlgorithm)
+		return overrideRule(o, d.RateLimitAlgorithm, d.Charge == descriptors.ChargeAlways)
 	}
 	return nil
 }
@@ -88,7 +100,7 @@ func overrideOf(d *descriptors.Domain, desc *ratelimitv3.RateLimitDescriptor) *d
 // gather makes the buckets of the levels resolved: levels of replaced
 // limits are dropped, and a bucket reached by several descriptors is one
 // bucket with all their hits.
-func (w *work) gather(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow bool) {
+func (w *work) gather(d *descriptors.Domain, req *rlsv3.RateLimitRequest, m modes) {
 	var replaced map[string]bool
 	if d.HasReplaces() {
 		replaced = replacedNames(w.levels)
@@ -101,7 +113,7 @@ func (w *work) gather(d *descriptors.Domain, req *rlsv3.RateLimitRequest, shadow
 				w.bucketOf = append(w.bucketOf, -1) // neither checked nor charged
 				continue
 			}
-			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits, shadow))
+			w.bucketOf = append(w.bucketOf, w.addBucket(l, hits, m))
 		}
 	}
 	n := len(w.buckets)
@@ -128,12 +140,15 @@ func replacedNames(levels []descriptors.Level) map[string]bool {
 // addBucket returns the index of the level's bucket in w.buckets, adding
 // it, or adding the hits to it when another descriptor of the request
 // already uses it, so a bucket is charged once with all its hits.
-func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
+func (w *work) addBucket(l descriptors.Level, hits int64, m modes) int {
 	if i, ok := w.find(l.Key); ok {
 		w.buckets[i].Hits = addHits(w.buckets[i].Hits, hits)
 		return i
 	}
-	w.buckets = append(w.buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: l.Rule.Shadow || shadow})
+	shadow := l.Rule.Shadow || m.shadow
+	quota := !shadow && (l.Rule.QuotaMode || m.quota)
+	w.buckets = append(w.buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: shadow || quota, Always: l.Rule.Always})
+	w.quota = append(w.quota, quota)
 	i := len(w.buckets) - 1
 	switch {
 	case i == scanBuckets:
@@ -148,6 +163,11 @@ func (w *work) addBucket(l descriptors.Level, hits int64, shadow bool) int {
 	}
 	return i
 }
+
+// shadow reports whether bucket k is in shadow mode (decided and counted,
+// never shown), as opposed to a quota bucket, which the store also never
+// lets reject.
+func (w *work) shadow(k int) bool { return w.buckets[k].Shadow && !w.quota[k] }
 
 // find returns the index of the bucket with key.
 func (w *work) find(key string) (int, bool) {

@@ -1,0 +1,155 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// TestUsageFlowsMatchTheReference replays the calls Envoy makes for limits
+// charged after the response, on the memory store, and wants
+// envoyproxy/ratelimit's numbers: with a native file that charges always
+// (fixed windows and leaky buckets alike), and with the reference's file
+// read as the reference reads it.
+func TestUsageFlowsMatchTheReference(t *testing.T) {
+	reference := descriptors.Options{RateLimitAlgorithm: limit.FixedWindow, Charge: descriptors.ChargeAlways, Leaf: true}
+	for _, tc := range []struct {
+		name string
+		opts descriptors.Options
+		yaml string
+	}{
+		{"native fixed windows", descriptors.Options{}, envoyflows.NativeConfig},
+		{"native leaky buckets", descriptors.Options{}, "charge: always\n" + envoyflows.Config},
+		{"the reference's defaults", reference, envoyflows.Config},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := tc.opts.Parse(descriptors.Source{Name: "usage.yaml", Data: []byte(tc.yaml)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh := func() envoyflows.Call {
+				svc, _ := newService(t, Options{Config: cfg, DynamicMetadata: true})
+				return svc.ShouldRateLimit
+			}
+			ctx := context.Background()
+			if n, err := envoyflows.TokenBudget(ctx, fresh()); err != nil || n != envoyflows.TokenBudgetAdmitted {
+				t.Errorf("token budget: %d admitted (%v), want %d", n, err, envoyflows.TokenBudgetAdmitted)
+			}
+			if n, err := envoyflows.ChargeOnResponse(ctx, fresh()); err != nil || n != envoyflows.ChargeOnResponseAdmitted {
+				t.Errorf("charge on response: %d admitted (%v), want %d", n, err, envoyflows.ChargeOnResponseAdmitted)
+			}
+			if picked, err := envoyflows.QuotaBackends(ctx, fresh()); err != nil || !slices.Equal(picked, envoyflows.QuotaBackendsPicked) {
+				t.Errorf("quota backends: %v (%v), want %v", picked, err, envoyflows.QuotaBackendsPicked)
+			}
+		})
+	}
+}
+
+// TestChargeAdmittedKeepsTheRequestRule: without charge: always, a charge
+// that does not fit is refused as a request is, and charges nothing: the
+// rule for request limits, unchanged.
+func TestChargeAdmittedKeepsTheRequestRule(t *testing.T) {
+	svc, _ := newService(t, Options{Config: loadConfig(t, envoyflows.Config)})
+	if n, err := envoyflows.TokenBudget(context.Background(), svc.ShouldRateLimit); err != nil || n != 6 {
+		t.Fatalf("token budget with charge: admitted: %d admitted (%v), want all 6", n, err)
+	}
+}
+
+// TestChargeAlwaysCheckReportsDebt: a check past a budget says for how
+// long: OVER_LIMIT, no remaining, the time until it is back within, and
+// Retry-After to match.
+func TestChargeAlwaysCheckReportsDebt(t *testing.T) {
+	svc, clk := newService(t, Options{Config: loadConfig(t, `
+domain: tok
+charge: always
+descriptors:
+  - key: user
+    name: tokens
+    leaky_bucket: {size: 1000, drip_rate: 1s, drip_size: 100}
+`)})
+	ctx := context.Background()
+	for _, step := range []struct {
+		hits uint64
+		want string
+	}{
+		{0, "OK [OK tokens 100/SECOND left=1000 reset=0s] X-RateLimit-Remaining=1000 X-RateLimit-Clear=0"},
+		{1500, "OVER_LIMIT [OVER_LIMIT tokens 100/SECOND left=0 reset=5s] X-RateLimit-Remaining=0 X-RateLimit-Clear=15 X-RateLimit-Reset=5 Retry-After=5"},
+		{0, "OVER_LIMIT [OVER_LIMIT tokens 100/SECOND left=0 reset=5s] X-RateLimit-Remaining=0 X-RateLimit-Clear=15 X-RateLimit-Reset=5 Retry-After=5"},
+	} {
+		resp, err := svc.ShouldRateLimit(ctx, request("tok", withHits(desc("user=a"), step.hits, false)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := render(resp); got != step.want {
+			t.Fatalf("hits %d:\n got %s\nwant %s", step.hits, got, step.want)
+		}
+	}
+	clk.now = clk.now.Add(5 * 1e9)
+	resp, _ := svc.ShouldRateLimit(ctx, request("tok", withHits(desc("user=a"), 0, false)))
+	if got, want := render(resp), "OK [OK tokens 100/SECOND left=0 reset=10s] X-RateLimit-Remaining=0 X-RateLimit-Clear=10"; got != want {
+		t.Fatalf("5s later:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestQuotaMode: quota descriptors over their limit reject the request only
+// when all are over; a regular descriptor over its limit still does; a
+// request the quota rule rejects charges its other limits nothing.
+func TestQuotaMode(t *testing.T) {
+	cfg := loadConfig(t, `
+domain: q
+descriptors:
+  - key: backend
+    value: a
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: backend
+    value: b
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	svc, _ := newService(t, Options{Config: cfg})
+	ctx := context.Background()
+	call := func(descs ...string) string {
+		req := request("q")
+		for _, d := range descs {
+			req.Descriptors = append(req.Descriptors, desc(d))
+		}
+		resp, err := svc.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes := resp.GetOverallCode().String()
+		for _, st := range resp.GetStatuses() {
+			codes += fmt.Sprintf(" %s/%d", st.GetCode(), st.GetLimitRemaining())
+		}
+		return codes
+	}
+	steps := []struct {
+		descs []string
+		want  string
+	}{
+		{[]string{"backend=a", "backend=b", "client=x"}, "OK OK/0 OK/0 OK/9"},
+		{[]string{"backend=a", "backend=b", "client=x"}, "OVER_LIMIT OVER_LIMIT/0 OVER_LIMIT/0 OK/9"}, // both quotas over
+		{[]string{"backend=a", "client=x"}, "OVER_LIMIT OVER_LIMIT/0 OK/9"},                           // the only quota is over
+		{[]string{"client=x"}, "OK OK/8"},                                                             // the rejected requests were not charged to client=x
+	}
+	for i, st := range steps {
+		if got := call(st.descs...); got != st.want {
+			t.Fatalf("step %d %v: %s, want %s", i, st.descs, got, st.want)
+		}
+	}
+	// One quota with room lets the request pass, though the other is over.
+	svc2, _ := newService(t, Options{Config: cfg})
+	svc = svc2
+	call("backend=a")
+	if got := call("backend=a", "backend=b"); got != "OK OVER_LIMIT/0 OK/0" {
+		t.Fatalf("one quota over, one with room: %s, want OK", got)
+	}
+}
