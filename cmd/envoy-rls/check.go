@@ -11,15 +11,14 @@ import (
 // checkConfig validates a config file or directory: warnings and errors go
 // to stderr as file:line: field: message, a summary to stdout.
 //
-// It reads -rate-limit-algorithm (or RLS_RATE_LIMIT_ALGORITHM) as serve
-// does, since what a rate_limit means depends on it.
+// It reads -rate-limit-algorithm, -charge and -match (or their RLS_
+// variables) as serve does, since what a file means depends on them.
 func (a *app) checkConfig(args []string) int {
 	fs := flag.NewFlagSet("envoy-rls check-config", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
-	algo := algorithmFlag()
-	fs.Var(&algo, "rate-limit-algorithm", algorithmUsage)
+	cf := newConfigFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] PATH")
+		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] PATH")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -34,7 +33,7 @@ func (a *app) checkConfig(args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
-	cfg, warnings, err := descriptors.Options{RateLimitAlgorithm: algo.value}.Load(args[0])
+	cfg, warnings, err := cf.options().Load(args[0])
 	for _, w := range warnings {
 		fmt.Fprintln(a.stderr, "warning: "+w.String())
 	}

@@ -303,18 +303,36 @@ func (r *envoyReader) metrics() {
 	}
 }
 
+// behaviour sets what the reference decides and answers, its defaults
+// included: rate_limit is a fixed window, only the deepest matching limit
+// of a descriptor counts, every hit is charged (past the limit: its INCRBY
+// runs whatever the answer), and no header is added unless asked for.
+// Each stays one RLS_ variable away from envoy-rls's own rule
+// (RLS_RATE_LIMIT_ALGORITHM, RLS_MATCH, RLS_CHARGE, RLS_RESPONSE_HEADERS).
 func (r *envoyReader) behaviour() {
+	r.set("rate-limit-algorithm", "fixed_window")
+	r.set("match", "leaf")
+	if r.on("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false) {
+		r.set("charge", "admitted")
+	} else {
+		r.set("charge", "always")
+	}
 	if r.on("SHADOW_MODE", false) {
 		r.set("shadow-mode", "true")
 	}
 	if r.on("QUOTA_MODE", false) {
-		r.warn("QUOTA_MODE", "quota mode is not supported: over the limit is rejected")
+		r.set("quota-mode", "true")
 	}
 	if r.on("RESPONSE_DYNAMIC_METADATA", false) {
-		r.warn("RESPONSE_DYNAMIC_METADATA", "no dynamic metadata is sent")
+		r.set("response-dynamic-metadata", "true")
 	}
 	if r.on("LIMIT_RESPONSE_HEADERS_ENABLED", false) {
-		r.warn("LIMIT_RESPONSE_HEADERS_ENABLED", "envoyproxy/ratelimit's RateLimit-Limit, -Remaining and -Reset are not sent: envoy-rls's X-RateLimit-* headers are (-response-headers)")
+		r.set("response-headers", "envoyproxy")
+		r.copy("LIMIT_LIMIT_HEADER", "response-header-limit")
+		r.copy("LIMIT_REMAINING_HEADER", "response-header-remaining")
+		r.copy("LIMIT_RESET_HEADER", "response-header-reset")
+	} else {
+		r.set("response-headers", "none")
 	}
 	if r.on("TRACING_ENABLED", false) {
 		r.warn("TRACING_ENABLED", "tracing is not supported (yet): no spans are sent")

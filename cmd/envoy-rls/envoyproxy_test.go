@@ -70,7 +70,7 @@ func TestEnvoyproxyEnv(t *testing.T) {
 				"http-addr=[::]:8080 log-level=debug redis-url=redis://redis:6379/0 store=redis", ""},
 		{"the debug port asked for", with(istioEnv, "DEBUG_PORT", "6071", "SHADOW_MODE", "true", "NEAR_LIMIT_RATIO", "0.9", "QUOTA_MODE", "true"),
 			"admin-addr=0.0.0.0:6071 config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug near-limit-ratio=0.9 " +
-				"redis-url=redis://redis:6379/0 shadow-mode=true store=redis", "QUOTA_MODE"},
+				"quota-mode=true redis-url=redis://redis:6379/0 shadow-mode=true store=redis", ""},
 	} {
 		ref, err := readEnvoyproxyEnv(lookupIn(c.env))
 		if err != nil {
@@ -79,7 +79,9 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		}
 		var got []string
 		for _, k := range slices.Sorted(maps.Keys(ref.flags)) {
-			got = append(got, k+"="+ref.flags[k])
+			if v := ref.flags[k]; referenceDefaults[k] != v {
+				got = append(got, k+"="+v) // the reference's behaviour is TestEnvoyproxyBehaviour's
+			}
 		}
 		var warned []string
 		for _, w := range ref.warnings {
@@ -89,6 +91,50 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		if strings.Join(got, " ") != c.want || strings.Join(warned, " ") != c.warnings {
 			t.Errorf("%s:\n got %s\nwant %s\nwarnings %q, want %s", c.name, strings.Join(got, " "), c.want, ref.warnings, c.warnings)
 		}
+	}
+}
+
+// referenceDefaults are the flags the reference's environment sets to its
+// behaviour when none of its variables says otherwise.
+var referenceDefaults = map[string]string{"charge": "always", "match": "leaf", "rate-limit-algorithm": "fixed_window", "response-headers": "none"}
+
+// TestEnvoyproxyBehaviour: started as the reference, envoy-rls decides and
+// answers as it does, its defaults included.
+func TestEnvoyproxyBehaviour(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string // the behaviour's flags, sorted, as name=value
+	}{
+		{map[string]string{}, "charge=always match=leaf rate-limit-algorithm=fixed_window response-headers=none"},
+		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, "charge=admitted match=leaf rate-limit-algorithm=fixed_window response-headers=none"},
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset"},
+			"charge=always match=leaf rate-limit-algorithm=fixed_window response-header-reset=X-Reset response-headers=envoyproxy"},
+		{map[string]string{"RESPONSE_DYNAMIC_METADATA": "true", "QUOTA_MODE": "true"},
+			"charge=always match=leaf quota-mode=true rate-limit-algorithm=fixed_window response-dynamic-metadata=true response-headers=none"},
+	} {
+		ref, err := readEnvoyproxyEnv(lookupIn(c.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, k := range slices.Sorted(maps.Keys(ref.flags)) {
+			switch k {
+			case "charge", "match", "rate-limit-algorithm", "response-headers", "quota-mode", "response-dynamic-metadata",
+				"response-header-limit", "response-header-remaining", "response-header-reset":
+				got = append(got, k+"="+ref.flags[k])
+			}
+		}
+		if strings.Join(got, " ") != c.want || len(ref.warnings) > 0 {
+			t.Errorf("%v:\n got %s (warnings %v)\nwant %s", c.env, strings.Join(got, " "), ref.warnings, c.want)
+		}
+	}
+	// envoy-rls's own rules stay one RLS_ variable away.
+	s, err := parseFlags(nil, lookupIn(map[string]string{"RLS_CHARGE": "admitted", "RLS_MATCH": "all", "RLS_RATE_LIMIT_ALGORITHM": "leaky_bucket"}), io.Discard, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.configOptions(); o.Charge != descriptors.ChargeAdmitted || o.Leaf || o.RateLimitAlgorithm != limit.LeakyBucket {
+		t.Errorf("RLS_ variables beside the reference's: %+v, want envoy-rls's rules", o)
 	}
 }
 

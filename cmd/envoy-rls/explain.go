@@ -15,7 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-const explainUsage = "Usage: envoy-rls explain [-config PATH] [-rate-limit-algorithm NAME] [-o text|json] DOMAIN key=value[,key=value...]..."
+const explainUsage = "Usage: envoy-rls explain [-config PATH] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-o text|json] DOMAIN key=value[,key=value...]..."
 
 // explain walks descriptors through the config alone, as the service
 // would, and prints each level it reaches, its limits and bucket keys, and
@@ -25,8 +25,7 @@ func (a *app) explain(args []string) int {
 	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	config := fs.String("config", "config", "YAML config file or directory")
-	algo := algorithmFlag()
-	fs.Var(&algo, "rate-limit-algorithm", algorithmUsage)
+	cf := newConfigFlags(fs)
 	format := choice[string]{"text", []option[string]{{"text", "text"}, {"json", "json"}}}
 	fs.Var(&format, "o", "output: text, or json (POST /explain's JSON, without state)")
 	fs.Usage = func() {
@@ -66,7 +65,7 @@ func (a *app) explain(args []string) int {
 		req.Descriptors = append(req.Descriptors, desc)
 	}
 
-	cfg, _, err := descriptors.Options{RateLimitAlgorithm: algo.value}.Load(*config)
+	cfg, _, err := cf.options().Load(*config)
 	if err != nil {
 		var cfgErr *descriptors.Error
 		if errors.As(err, &cfgErr) {

@@ -73,7 +73,8 @@ type settings struct {
 	grpcTLSClientCA     string
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
-	rateLimitAlgo       choice[limit.Algorithm]
+	configFlags         *configFlags
+	usage               *usageFlags
 	env                 choice[envKind]
 	xds                 xdsSettings
 	statsd              statsdSettings
@@ -127,9 +128,7 @@ func algorithmFlag() choice[limit.Algorithm] {
 const algorithmUsage = "what each rate_limit becomes in files that do not set rate_limit_algorithm: leaky_bucket, sliding_window or fixed_window (envoyproxy/ratelimit's counting)"
 
 // configOptions are how the config files are read.
-func (s *settings) configOptions() descriptors.Options {
-	return descriptors.Options{RateLimitAlgorithm: s.rateLimitAlgo.value}
-}
+func (s *settings) configOptions() descriptors.Options { return s.configFlags.options() }
 
 // storeKind is the -store flag.
 type storeKind int
@@ -179,18 +178,18 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 		redisMode:   choice[redis.Mode]{redis.ScriptMode, []option[redis.Mode]{{"script", redis.ScriptMode}, {"transactions", redis.TransactionsMode}}},
 		failureMode: choice[failureMode]{failUnavailable, []option[failureMode]{{"unavailable", failUnavailable}, {"allow", failAllow}, {"deny", failDeny}, {"local", failLocal}}},
 		responseHeaders: choice[rls.Headers]{rls.LeakyHeaders, []option[rls.Headers]{
-			{"leaky", rls.LeakyHeaders}, {"envoy", rls.EnvoyHeaders}, {"ietf", rls.IETFHeaders}, {"none", rls.NoHeaders}}},
+			{"leaky", rls.LeakyHeaders}, {"envoy", rls.EnvoyHeaders}, {"ietf", rls.IETFHeaders}, {"envoyproxy", rls.EnvoyproxyHeaders}, {"none", rls.NoHeaders}}},
 		logLevel: choice[slog.Level]{slog.LevelInfo, []option[slog.Level]{
 			{"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}}},
-		logFormat:     choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
-		rateLimitAlgo: algorithmFlag(),
-		env:           choice[envKind]{rlsEnv, []option[envKind]{{"rls", rlsEnv}, {"envoyproxy", referenceEnv}}},
-		statsd:        statsdSettings{protocol: choice[string]{"tcp", []option[string]{{"tcp", "tcp"}, {"udp", "udp"}}}},
+		logFormat: choice[logFormat]{textLogs, []option[logFormat]{{"text", textLogs}, {"json", jsonLogs}}},
+		env:       choice[envKind]{rlsEnv, []option[envKind]{{"rls", rlsEnv}, {"envoyproxy", referenceEnv}}},
+		statsd:    statsdSettings{protocol: choice[string]{"tcp", []option[string]{{"tcp", "tcp"}, {"udp", "udp"}}}},
 	}
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.SetOutput(output)
 	fs.StringVar(&s.config, "config", "config", "YAML config `file or directory` (*.yaml, *.yml)")
-	fs.Var(&s.rateLimitAlgo, "rate-limit-algorithm", algorithmUsage)
+	s.configFlags = newConfigFlags(fs)
+	s.usage = newUsageFlags(fs)
 	fs.StringVar(&s.xds.address, "config-xds", "", "take the config from this xDS server (`host:port`), over ADS, instead of -config's files: RateLimitConfig resources, as envoyproxy/ratelimit takes them from Envoy Gateway")
 	fs.StringVar(&s.xds.nodeID, "config-xds-node-id", "envoy-rls", "the node id this service gives the xDS server")
 	fs.StringVar(&s.xds.tlsCA, "config-xds-tls-ca", "", "PEM `file` of the CA of the xDS server's certificate: connect with TLS")
@@ -236,7 +235,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.IntVar(&s.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "most descriptors in one request; more is InvalidArgument")
 	fs.IntVar(&s.maxEntries, "max-entries", rls.DefaultMaxEntries, "most entries in one descriptor; more is InvalidArgument")
 	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", rls.DefaultMaxEntryBytes, "most bytes in one entry's key or value; more is InvalidArgument")
-	fs.Var(&s.responseHeaders, "response-headers", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers), ietf (the IETF draft's RateLimit-Policy and RateLimit, Retry-After) or none")
+	fs.Var(&s.responseHeaders, "response-headers", "response headers to add: leaky (X-RateLimit-Remaining, -Clear, -Reset, Retry-After), envoy (only -Clear and Retry-After, beside Envoy's enable_x_ratelimit_headers), ietf (the IETF draft's RateLimit-Policy and RateLimit, Retry-After), envoyproxy (envoyproxy/ratelimit's RateLimit-Limit, -Remaining, -Reset, named by -response-header-*) or none")
 	fs.Var(&s.logLevel, "log-level", "log `level`: debug, info, warn or error")
 	fs.Var(&s.logFormat, "log-format", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")

@@ -100,8 +100,8 @@ func TestCheckConfigAcceptsEnvoyproxyRatelimitFiles(t *testing.T) {
 		t.Fatalf("stdout: %s", stdout)
 	}
 	for _, field := range []string{"quota_mode", "metadata"} {
-		if !strings.Contains(stderr.String(), "."+field+": is accepted for compatibility") {
-			t.Errorf("no warning about %s in:\n%s", field, stderr)
+		if strings.Contains(stderr.String(), "."+field+":") {
+			t.Errorf("a warning about %s, which is read:\n%s", field, stderr)
 		}
 	}
 }
@@ -113,7 +113,7 @@ func TestCommandLineErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] PATH"},
+		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] PATH"},
 		{[]string{"check-config", "a", "b"}, nil, exitUsage, "Usage"},
 		{[]string{"check-config", "does-not-exist"}, nil, exitError, "does-not-exist: no such file or directory"},
 		{[]string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},

@@ -166,6 +166,7 @@ func serviceOptions(s *settings, st store, cfg *descriptors.Config, m *metrics.M
 		MaxEntries:     s.maxEntries,
 		MaxEntryBytes:  s.maxEntryBytes,
 	}
+	s.usage.apply(&o)
 	switch {
 	case s.store.value == memoryStore:
 		o.StoreTimeout = 0 // the memory store never waits
