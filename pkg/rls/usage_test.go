@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -151,5 +153,55 @@ descriptors:
 	call("backend=a")
 	if got := call("backend=a", "backend=b"); got != "OK OVER_LIMIT/0 OK/0" {
 		t.Fatalf("one quota over, one with room: %s, want OK", got)
+	}
+}
+
+// TestReferenceHeaders: -response-headers envoyproxy sends the reference's
+// three headers of the descriptor closest to its limit, on OK as well,
+// the reset being the seconds to the fixed window's end; a descriptor over
+// a limit not in quota mode takes over.
+func TestReferenceHeaders(t *testing.T) {
+	cfg, _, err := descriptors.Options{RateLimitAlgorithm: limit.FixedWindow, Leaf: true, Charge: descriptors.ChargeAlways}.Parse(descriptors.Source{Name: "h.yaml", Data: []byte(`
+domain: h
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, clk := newService(t, Options{Config: cfg, Headers: EnvoyproxyHeaders, ReferenceHeaders: ReferenceHeaderNames{Reset: "X-Reset"}})
+	clk.now = t0.Truncate(time.Minute).Add(20*time.Second + 300*time.Millisecond) // 39.7s to the minute's end
+	ctx := context.Background()
+	headers := func(descs ...string) string {
+		req := request("h")
+		for _, d := range descs {
+			req.Descriptors = append(req.Descriptors, desc(d))
+		}
+		resp, err := svc.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hs []string
+		for _, h := range resp.GetResponseHeadersToAdd() {
+			hs = append(hs, h.GetKey()+"="+h.GetValue())
+		}
+		return resp.GetOverallCode().String() + " " + strings.Join(hs, " ")
+	}
+	if got := headers("a=1", "b=1"); !strings.HasPrefix(got, "OK RateLimit-Limit=3 RateLimit-Remaining=2 X-Reset=") {
+		t.Fatalf("two descriptors: %s, want b's figures", got)
+	}
+	// b is closest to its limit (1 of 3 left, against a's 3 of 5).
+	got := headers("a=1", "b=1")
+	if !strings.HasPrefix(got, "OK RateLimit-Limit=3 RateLimit-Remaining=1 X-Reset=") {
+		t.Fatalf("two descriptors: %s, want b's figures", got)
+	}
+	for range 4 {
+		headers("a=1")
+	}
+	if got, want := headers("a=1", "b=1"), "OVER_LIMIT RateLimit-Limit=5 RateLimit-Remaining=0 X-Reset=40"; got != want {
+		t.Fatalf("a over: %s, want %s", got, want)
 	}
 }

@@ -68,14 +68,20 @@ type replicaOptions struct {
 	mode        redis.Mode
 	clock       func() time.Time
 	callerClock bool
-	pipeline    *redis.Pipeline // nil: the service's default
+	pipeline    *redis.Pipeline     // nil: the service's default
+	config      *descriptors.Config // nil: serviceConfig
+	prefix      string              // of the Redis keys; "": the default
+	service     func(*rls.Options)  // sets more of the service's options
 }
 
 func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 	t.Helper()
-	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "service.yaml", Data: []byte(serviceConfig)})
-	if err != nil {
-		t.Fatal(err)
+	cfg := o.config
+	if cfg == nil {
+		var err error
+		if cfg, _, err = descriptors.Parse(descriptors.Source{Name: "service.yaml", Data: []byte(serviceConfig)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	log := slog.New(slog.DiscardHandler)
 	var replicas []*replica
@@ -86,12 +92,16 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 			pipeline = *o.pipeline
 		}
 		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log, Pipeline: pipeline,
-			Batch: redis.DefaultBatch}) // as the service runs
+			Batch: redis.DefaultBatch, Prefix: o.prefix}) // as the service runs
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		svc, err := rls.New(rls.Options{Store: store, Config: cfg, Clock: o.clock, Logger: log})
+		opts := rls.Options{Store: store, Config: cfg, Clock: o.clock, Logger: log}
+		if o.service != nil {
+			o.service(&opts)
+		}
+		svc, err := rls.New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}

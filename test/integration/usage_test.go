@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+var flowPrefixes atomic.Int64
+
+// rotating sends each call to the next of the replicas, as Envoy spreads
+// its calls over a Service's endpoints.
+func rotating(replicas []*replica) envoyflows.Call {
+	var next atomic.Int64
+	return func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+		r := replicas[int(next.Add(1))%len(replicas)]
+		return r.client.ShouldRateLimit(ctx, req)
+	}
+}
+
+// runFlows runs the three usage flows, each on fresh buckets from fresh(),
+// and wants envoyproxy/ratelimit's numbers.
+func runFlows(t *testing.T, fresh func() envoyflows.Call) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	envoyflows.AwayFromMinuteEdge(5 * time.Second)
+	if n, err := envoyflows.TokenBudget(ctx, fresh()); err != nil || n != envoyflows.TokenBudgetAdmitted {
+		t.Errorf("token budget: %d admitted (%v), want %d as envoyproxy/ratelimit", n, err, envoyflows.TokenBudgetAdmitted)
+	}
+	if n, err := envoyflows.ChargeOnResponse(ctx, fresh()); err != nil || n != envoyflows.ChargeOnResponseAdmitted {
+		t.Errorf("charge on response: %d admitted (%v), want %d as envoyproxy/ratelimit", n, err, envoyflows.ChargeOnResponseAdmitted)
+	}
+	if picked, err := envoyflows.QuotaBackends(ctx, fresh()); err != nil || !slices.Equal(picked, envoyflows.QuotaBackendsPicked) {
+		t.Errorf("quota backends: %v (%v), want %v as envoyproxy/ratelimit", picked, err, envoyflows.QuotaBackendsPicked)
+	}
+}
+
+// TestUsageFlowsOnRedis replays the calls Envoy makes for limits charged
+// after the response, on three replicas sharing single Redis and a
+// Cluster, in exact mode, each call to the next replica: the reference's
+// numbers, with a native file that charges always and with the
+// reference's file read with its defaults.
+func TestUsageFlowsOnRedis(t *testing.T) {
+	native, _, err := descriptors.Parse(descriptors.Source{Name: "native.yaml", Data: []byte(envoyflows.NativeConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reference, _, err := descriptors.Options{RateLimitAlgorithm: limit.FixedWindow, Charge: descriptors.ChargeAlways, Leaf: true}.
+		Parse(descriptors.Source{Name: "reference.yaml", Data: []byte(envoyflows.Config)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, start := range topologies(t) {
+		t.Run(name, func(t *testing.T) {
+			client := start(t)
+			for cname, cfg := range map[string]*descriptors.Config{"native": native, "reference": reference} {
+				t.Run(cname, func(t *testing.T) {
+					runFlows(t, func() envoyflows.Call {
+						return rotating(startReplicas(t, 3, replicaOptions{client: client, config: cfg,
+							prefix:  fmt.Sprintf("flow%d:", flowPrefixes.Add(1)),
+							service: func(o *rls.Options) { o.DynamicMetadata = true }}))
+					})
+				})
+			}
+		})
+	}
+}
+
+// TestStartedAsRatelimitAnswersAsTheReference starts the binary as
+// ratelimit, set only by the reference's variables, on the reference's
+// file: the usage flows give its numbers; a 1/minute limit resets at the
+// minute's end; only the deepest node counts; no header is added.
+func TestStartedAsRatelimitAnswersAsTheReference(t *testing.T) {
+	srv := redistest.Start(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	leaf := "domain: leaf\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    descriptors:\n      - key: action\n        rate_limit: {unit: minute, requests_per_unit: 10}\n"
+	for name, text := range map[string]string{"usage.yaml": envoyflows.Config, "leaf.yaml": leaf} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rl := startAsRatelimit(t, "127.0.0.1", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr(), "USE_STATSD=false",
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RESPONSE_DYNAMIC_METADATA=true")
+	conn, err := grpc.NewClient(rl.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	runFlows(t, func() envoyflows.Call {
+		if err := srv.Client(t).FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+			return client.ShouldRateLimit(ctx, req)
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	envoyflows.AwayFromMinuteEdge(3 * time.Second)
+	req := request([]string{"user=alice", "action=trade"})
+	req.Domain = "leaf"
+	var got []string
+	for range 3 {
+		resp, err := client.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v; output:\n%s", err, rl.out)
+		}
+		st := resp.GetStatuses()[0]
+		got = append(got, resp.GetOverallCode().String())
+		if len(resp.GetResponseHeadersToAdd()) > 0 {
+			t.Errorf("headers %v without LIMIT_RESPONSE_HEADERS_ENABLED", resp.GetResponseHeadersToAdd())
+		}
+		end := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute))
+		if d := st.GetDurationUntilReset().AsDuration(); d > end+time.Second || d < end-time.Second {
+			t.Errorf("duration_until_reset %s, want the minute's end in %s", d, end)
+		}
+		if st.GetCurrentLimit().GetRequestsPerUnit() != 10 {
+			t.Errorf("current_limit %v, want the deepest node's 10 a minute", st.GetCurrentLimit())
+		}
+	}
+	if strings.Join(got, " ") != "OK OK OK" {
+		t.Fatalf("three calls under a parent of 1 a minute and a leaf of 10: %v, want all OK (only the leaf counts)", got)
+	}
+}
