@@ -10,6 +10,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -28,6 +29,9 @@ descriptors:
     sliding_window: {limit: 100, window: 1s, resolution: 100ms}
   - key: fixed
     fixed_window: {limit: 100, window: 1s}
+  - key: usage
+    charge: always
+    fixed_window: {limit: 100, window: 1s}
 `
 
 // localFirstInterval is the sync interval of the bound test.
@@ -37,7 +41,8 @@ const localFirstInterval = 200 * time.Millisecond
 // seconds through three local-first replicas and, at the same time,
 // through three exact ones, on one Redis (single and Cluster): the
 // local-first replicas must admit 80% to 110% of what the exact ones
-// admit.
+// admit. A usage budget of 100 a second (charge: always) is hammered as
+// Envoy does: a check, then, if admitted, a charge of the request's cost.
 func TestLocalFirstBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 5 seconds per topology")
@@ -94,15 +99,25 @@ func TestLocalFirstBound(t *testing.T) {
 			defer cancel()
 			errs := make(chan error, 1)
 			for mode, svcs := range modes {
-				for _, algo := range []string{"leaky", "sliding", "fixed"} {
+				for _, algo := range []string{"leaky", "sliding", "fixed", "usage"} {
 					n := &atomic.Int64{}
 					admitted[mode+" "+algo] = n
 					req := request([]string{algo + "=" + mode})
+					check, charge := request([]string{algo + "=" + mode}), request([]string{algo + "=" + mode})
+					check.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+					charge.Descriptors[0].HitsAddend = wrapperspb.UInt64(3)
 					for _, svc := range svcs {
 						for range workers {
 							wg.Go(func() {
 								for ctx.Err() == nil {
-									resp, err := svc.ShouldRateLimit(context.Background(), req)
+									first := req
+									if algo == "usage" {
+										first = check
+									}
+									resp, err := svc.ShouldRateLimit(context.Background(), first)
+									if err == nil && algo == "usage" && resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+										_, err = svc.ShouldRateLimit(context.Background(), charge) // at stream end
+									}
 									if err != nil {
 										select {
 										case errs <- err:
@@ -129,11 +144,15 @@ func TestLocalFirstBound(t *testing.T) {
 				t.Fatal(err)
 			default:
 			}
-			for _, algo := range []string{"leaky", "sliding", "fixed"} {
+			for _, algo := range []string{"leaky", "sliding", "fixed", "usage"} {
 				exact, local := admitted["exact "+algo].Load(), admitted["local-first "+algo].Load()
 				ratio := float64(local) / float64(exact)
 				t.Logf("%s: exact admitted %d, local-first %d (%.0f%%), of %d calls in all", algo, exact, local, 100*ratio, calls.Load())
-				if exact < 400 {
+				floor := int64(400)
+				if algo == "usage" {
+					floor = 100 // requests costing 3 of 100 a second
+				}
+				if exact < floor {
 					t.Fatalf("%s: the exact replicas admitted %d: the load did not keep the limit busy", algo, exact)
 				}
 				if ratio < 0.8 || ratio > 1.1 {

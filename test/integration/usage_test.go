@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/localfirst"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 var flowPrefixes atomic.Int64
@@ -143,5 +146,66 @@ func TestStartedAsRatelimitAnswersAsTheReference(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "OK OK OK" {
 		t.Fatalf("three calls under a parent of 1 a minute and a leaf of 10: %v, want all OK (only the leaf counts)", got)
+	}
+}
+
+// TestUsageFlowsLocalFirst replays the same flows over three local-first
+// replicas, each call to the next: within one request of the reference's
+// numbers (a replica's unused units count on Redis, so a check may find a
+// budget spent a little early).
+func TestUsageFlowsLocalFirst(t *testing.T) {
+	native, _, err := descriptors.Parse(descriptors.Source{Name: "native.yaml", Data: []byte(envoyflows.NativeConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for name, start := range topologies(t) {
+		t.Run(name, func(t *testing.T) {
+			connect := start(t)
+			fresh := func() envoyflows.Call {
+				prefix := fmt.Sprintf("lfflow%d:", flowPrefixes.Add(1))
+				var svcs []*rls.Service
+				for range 3 {
+					st, err := redis.New(redis.Options{Connect: &connect, Logger: log, Prefix: prefix})
+					if err != nil {
+						t.Fatal(err)
+					}
+					lf, err := localfirst.New(st, localfirst.Options{Interval: localFirstInterval, Logger: log})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { lf.Close() })
+					svc, err := rls.New(rls.Options{Store: lf, Config: native, Logger: log, DynamicMetadata: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					svcs = append(svcs, svc)
+				}
+				var next atomic.Int64
+				return func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+					return svcs[int(next.Add(1))%len(svcs)].ShouldRateLimit(ctx, req)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			envoyflows.AwayFromMinuteEdge(5 * time.Second)
+			within := func(what string, got, want int, err error) {
+				t.Helper()
+				if err != nil || got < want-1 || got > want+1 {
+					t.Errorf("%s: %d admitted (%v), want %d±1 as envoyproxy/ratelimit", what, got, err, want)
+				} else {
+					t.Logf("%s: %d admitted, envoyproxy/ratelimit %d", what, got, want)
+				}
+			}
+			n, err := envoyflows.TokenBudget(ctx, fresh())
+			within("token budget", n, envoyflows.TokenBudgetAdmitted, err)
+			n, err = envoyflows.ChargeOnResponse(ctx, fresh())
+			within("charge on response", n, envoyflows.ChargeOnResponseAdmitted, err)
+			picked, err := envoyflows.QuotaBackends(ctx, fresh())
+			within("quota backends", len(picked), envoyflows.QuotaBackendsAdmitted, err)
+			if !slices.IsSorted(picked) || len(picked) > 0 && picked[0] != "service_1" {
+				t.Errorf("quota backends %v: want service_1 first, then service_2", picked)
+			}
+		})
 	}
 }

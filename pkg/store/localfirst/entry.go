@@ -36,6 +36,9 @@ type entry struct {
 	// busy is closed when the lease call out for this bucket returns; nil
 	// when none is.
 	busy chan struct{}
+	// debt is hits of a limit that charges always, charged past what Redis
+	// granted, whose sending to Redis failed: the next sync sends them.
+	debt int64
 }
 
 // entry returns the entry of bucket b, made if new; an error if the table
@@ -56,7 +59,7 @@ func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
 	if e.limit != b.Limit {
 		// A new limit (a reload): what was leased under the old one is
 		// not this one's. It is left to leak or expire on Redis.
-		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot}
+		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot, debt: e.debt}
 	}
 	return e, nil
 }

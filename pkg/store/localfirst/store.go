@@ -157,10 +157,12 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		return nil
 	}
 	for _, b := range buckets {
-		if b.Hits < 0 {
+		if b.Hits < 0 || (b.Always && b.Hits == 0) {
 			// A refund makes room for the hits Redis still counts, which
 			// only Redis knows: they may have leaked, left the window, or
-			// never been charged.
+			// never been charged. A check of a limit that charges always
+			// asks whether every replica's charges together are past it,
+			// which only Redis knows too.
 			return s.remote.Apply(ctx, now, buckets, results)
 		}
 	}
@@ -234,6 +236,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 				return ctx.Err()
 			}
 			if more != nil && more.err != nil {
+				s.keepCharges(locks, buckets, entries)
 				return more.err // Redis was needed: the caller's failure mode decides
 			}
 			continue
@@ -251,16 +254,28 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		for i, b := range buckets {
 			results[i] = s.report(entries[i], b, rnow, admitted)
 		}
-		if admitted {
-			for i, b := range buckets {
-				if b.Shadow {
-					entries[i].lease -= min(b.Hits, entries[i].lease) // past its lease, a shadow bucket is not charged
-				} else {
-					entries[i].lease -= b.Hits
-				}
+		var debts []debt
+		for i, b := range buckets {
+			e := entries[i]
+			switch {
+			case b.Always && b.Hits > e.lease:
+				// Usage already spent, past what Redis granted: charged on
+				// Redis at once, past the limit, whatever the answer.
+				debts = append(debts, debt{index: i, entry: e, hits: b.Hits - e.lease})
+				e.lease = 0
+			case b.Always:
+				e.lease -= b.Hits
+			case !admitted:
+			case b.Shadow:
+				e.lease -= min(b.Hits, e.lease) // past its lease, a shadow bucket is not charged
+			default:
+				e.lease -= b.Hits
 			}
 		}
 		s.unlock(locks)
+		if len(debts) > 0 {
+			s.pay(ctx, now, buckets, debts, results)
+		}
 		return nil
 	}
 }

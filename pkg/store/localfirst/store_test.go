@@ -42,8 +42,9 @@ func (r *remote) Apply(_ context.Context, now time.Time, buckets []limit.Bucket,
 	for i, b := range buckets {
 		states[i] = r.states[b.Key]
 	}
-	if limit.DecideAll(states, buckets, now, results) {
-		for i, b := range buckets {
+	admitted := limit.DecideAll(states, buckets, now, results)
+	for i, b := range buckets {
+		if limit.Saves(b, admitted) {
 			r.states[b.Key] = results[i].State
 		}
 	}

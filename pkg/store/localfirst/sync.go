@@ -33,6 +33,7 @@ func (s *Store) loop() {
 // every bucket gives everything back (Close). It returns the buckets
 // synced.
 func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
+	s.payDebts(ctx, now)
 	rnow := now.UnixMicro() + s.offset.Load()
 	var leases []redis.Lease
 	var entries []*entry
@@ -64,7 +65,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				e.busy = busy
 			}
 			if l.Return == 0 && l.Ask == 0 {
-				if e.lease == 0 && e.idle >= idleHold {
+				if e.lease == 0 && e.debt == 0 && e.idle >= idleHold {
 					delete(sh.m, key)
 					s.bytes.Add(-cost(key))
 				}

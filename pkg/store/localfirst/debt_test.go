@@ -1,0 +1,109 @@
+package localfirst
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// budget is 1000 tokens a minute, charged always.
+var budget = limit.Limit{Algorithm: limit.FixedWindow, Size: 1000, Window: time.Minute}
+
+func charge(hits int64) limit.Bucket {
+	return limit.Bucket{Key: "tok", Limit: budget, Hits: hits, Always: true}
+}
+
+// TestChargesPastTheLeaseAreRecorded: a charge that exceeds what Redis
+// granted a replica, and what Redis has room for, is charged on Redis all
+// the same, past the limit; a check then sees it, from any replica.
+func TestChargesPastTheLeaseAreRecorded(t *testing.T) {
+	r := newRemote()
+	a, b := newStore(t, r, time.Hour), newStore(t, r, time.Hour)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if _, ok := apply(t, a, now, charge(600)); !ok {
+		t.Fatal("the first 600 did not fit a budget of 1000")
+	}
+	res, ok := apply(t, b, now, charge(600))
+	if ok || res[0].Remaining != 0 || res[0].Reset <= 0 {
+		t.Fatalf("600 more: %+v, want over the budget, with a reset", res[0])
+	}
+	// On Redis: a's grant (the whole room) and b's 600 past it.
+	if got := r.states["tok"].Counter; got != 1600 {
+		t.Fatalf("Redis counts %d, want 1600: a's grant of 1000 and b's debt of 600", got)
+	}
+	applies := r.applies.Load()
+	for _, s := range []*Store{a, b} {
+		if res, ok := apply(t, s, now, charge(0)); ok || res[0].Reset <= 0 {
+			t.Fatalf("a check past the budget: %+v, want OVER_LIMIT with a reset", res[0])
+		}
+	}
+	if r.applies.Load() != applies+2 {
+		t.Fatal("checks of a limit that charges always were not decided on Redis")
+	}
+}
+
+// TestDebtsOutliveAFailure: a debt Redis could not take is kept and sent
+// at the next sync; it is not dropped with its idle entry meanwhile.
+func TestDebtsOutliveAFailure(t *testing.T) {
+	r := newRemote()
+	a := newStore(t, r, time.Hour)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	apply(t, a, now, charge(1000)) // the whole budget, leased and used
+	r.down.Store(true)
+	res := make([]limit.Result, 1)
+	if err := a.Apply(context.Background(), now, []limit.Bucket{charge(300)}, res); err != nil {
+		t.Fatalf("a charge past the lease while Redis is down: %v, want it recorded locally", err)
+	}
+	if res[0].Admitted {
+		t.Fatalf("300 past the budget admitted: %+v", res[0])
+	}
+	r.down.Store(false)
+	for range idleHold + 2 { // syncs with no demand: the entry would be dropped, were it not for its debt
+		a.sync(context.Background(), now, false)
+	}
+	if got := r.states["tok"].Counter; got != 1300 {
+		t.Fatalf("Redis counts %d after the syncs, want 1300: the debt of 300 sent", got)
+	}
+	a.sync(context.Background(), now, false)
+	if got := r.states["tok"].Counter; got != 1300 {
+		t.Fatalf("Redis counts %d, want 1300: a debt is sent once", got)
+	}
+}
+
+// TestChargesKeptWhileRedisIsAway: a charge that needs more units while
+// Redis cannot be asked fails the call (the failure mode answers) but is
+// kept, and sent once Redis is back.
+func TestChargesKeptWhileRedisIsAway(t *testing.T) {
+	r := newRemote()
+	a := newStore(t, r, time.Hour)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	apply(t, a, now, charge(100)) // a grant of 200, 100 used
+	r.down.Store(true)
+	res := make([]limit.Result, 1)
+	if err := a.Apply(context.Background(), now, []limit.Bucket{charge(250)}, res); err == nil {
+		t.Fatal("a charge that needs Redis succeeded while Redis is down")
+	}
+	r.down.Store(false)
+	a.sync(context.Background(), now, false)
+	// 200 granted; the 250 took the 100 left and 150 past it. (The sync
+	// also leases units for the demand it saw: Redis counts them, unused.)
+	if got := r.states["tok"].Counter - leaseOf(a, "tok"); got != 350 {
+		t.Fatalf("Redis counts %d beside a's unused units, want 350: the grant of 200 and the 150 kept", got)
+	}
+}
+
+// leaseOf returns the units s holds of the bucket key.
+func leaseOf(s *Store, key string) int64 {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		e := sh.m[key]
+		sh.mu.Unlock()
+		if e != nil {
+			return e.lease
+		}
+	}
+	return 0
+}
