@@ -45,6 +45,11 @@ type LimitDescription struct {
 	Window     string `json:"window,omitempty"`
 	Resolution string `json:"resolution,omitempty"`
 	Reported   string `json:"reported_as"` // requests per unit, as in current_limit
+	// Charge is "always" for a limit that charges every call's hits
+	// (charge: always); absent for the default, admitted requests only.
+	Charge    string         `json:"charge,omitempty"`
+	QuotaMode bool           `json:"quota_mode,omitempty"`
+	Metadata  map[string]any `json:"metadata,omitempty"`
 }
 
 // Describe returns the limit as GET /config shows it, with its name and
@@ -57,7 +62,10 @@ func (r *Rule) Describe() LimitDescription {
 
 func describeLimit(r *Rule) LimitDescription {
 	l := r.Limit
-	d := LimitDescription{Algorithm: l.Algorithm.String(), Reported: r.Rate.String()}
+	d := LimitDescription{Algorithm: l.Algorithm.String(), Reported: r.Rate.String(), QuotaMode: r.QuotaMode, Metadata: r.Metadata}
+	if r.Always {
+		d.Charge = ChargeAlways.String()
+	}
 	switch l.Algorithm {
 	case limit.SlidingWindow:
 		d.Limit, d.Window, d.Resolution = &l.Size, l.Window.String(), l.Sliding().Resolution.String()

@@ -3,6 +3,9 @@ package limit
 import (
 	"slices"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
+	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // State is what a store keeps for one bucket. The zero State is an empty
@@ -63,6 +66,22 @@ func Decide(s State, l Limit, now time.Time, hits int64) Result {
 		charge(&r, l, now, hits)
 	}
 	return r
+}
+
+// Count returns what a bucket in state s counts at now: a leaky bucket's
+// level once dripped, a window's hits in its window. It is more than
+// l.Size when a limit that charges always went past it (its debt), or a
+// reload shrank the limit.
+func Count(s State, l Limit, now time.Time) int64 {
+	switch l.Algorithm {
+	case SlidingWindow:
+		w := l.Sliding()
+		return w.Count(window.SlidingState{Newest: floorDiv(s.Timestamp, w.Resolution.Microseconds()), Counts: s.Counts}, now)
+	case FixedWindow:
+		w := l.Fixed()
+		return w.Count(window.FixedState{Index: floorDiv(s.Timestamp, w.Window.Microseconds()), Count: s.Counter}, now)
+	}
+	return l.Leaky().Decide(leaky.State{Counter: s.Counter, Timestamp: s.Timestamp}, now, 0).State.Counter
 }
 
 // Equal reports whether s and o are the same state (nil and empty counts

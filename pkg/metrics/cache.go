@@ -26,4 +26,6 @@ type callKey struct{ domain, code string }
 
 type decisionKey struct{ domain, limit, decision string }
 
+type limitKey struct{ domain, limit string }
+
 type storeKey struct{ store, op string }

@@ -38,6 +38,7 @@ type Metrics struct {
 	calls          seriesCache[callKey, prometheus.Counter]
 	callDuration   *latencyVec[string]
 	decisions      seriesCache[decisionKey, prometheus.Counter]
+	pastLimit      seriesCache[limitKey, prometheus.Counter]
 	storeDuration  *latencyVec[storeKey]
 	storeErrors    prometheus.Counter
 	cacheHits      prometheus.Counter
@@ -63,6 +64,10 @@ func New(nearLimitRatio float64) *Metrics {
 		Name: "envoy_rls_limit_decisions_total",
 		Help: "Decisions per limit (its name, or path in the config): admitted, over_limit, shadow_would_block (a shadow limit that had no room), near_limit (admitted past the near-limit ratio; also counted as admitted).",
 	}, []string{"domain", "limit", "decision"})
+	pastLimit := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "envoy_rls_charged_past_limit_hits_total",
+		Help: "Hits of limits that charge always (charge: always) recorded past the limit, per limit: usage already spent, charged although it did not fit, which the limit reports as a debt until it has leaked, slid or reset away.",
+	}, []string{"domain", "limit"})
 	m := &Metrics{
 		registry:  prometheus.NewRegistry(),
 		nearRatio: nearLimitRatio,
@@ -70,6 +75,7 @@ func New(nearLimitRatio float64) *Metrics {
 		callDuration: newLatencyVec[string]("envoy_rls_call_duration_seconds",
 			"Time to answer a ShouldRateLimit call (gRPC or POST /json), by outcome: OK, OVER_LIMIT or a gRPC error code.", "code"),
 		decisions: seriesCache[decisionKey, prometheus.Counter]{with: decisions.WithLabelValues},
+		pastLimit: seriesCache[limitKey, prometheus.Counter]{with: pastLimit.WithLabelValues},
 		storeDuration: newLatencyVec[storeKey]("envoy_rls_store_duration_seconds",
 			"Time a bucket store call took, by store (memory, redis, fallback) and operation (apply: decide a request; peek: read the figures of a rejected request's other descriptors).",
 			"store", "operation"),
@@ -102,7 +108,7 @@ func New(nearLimitRatio float64) *Metrics {
 			Help: "Switches between Redis and the local memory store (failure mode local), by the store switched to.",
 		}, []string{"to"}),
 	}
-	m.registry.MustRegister(calls, m.callDuration, decisions, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
+	m.registry.MustRegister(calls, m.callDuration, decisions, pastLimit, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
 		m.reloads, m.lastReload, m.fallback, m.switches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Exported at 0 before the first event, so that dashboards and alerts
@@ -170,8 +176,11 @@ func (m *Metrics) Call(domain, outcome string, took time.Duration) {
 }
 
 // Limit implements rls.Observer.
-func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, _ int64, r *limit.Result, shadow bool) {
+func (m *Metrics) Limit(domain string, rule *descriptors.Rule, key string, hits int64, r *limit.Result, shadow bool) {
 	label := rule.MetricLabel(key)
+	if rule.Always && !r.Admitted && hits > 0 {
+		m.pastLimit.get(limitKey{domain, label}, func() []string { return []string{domain, label} }).Add(float64(hits))
+	}
 	switch {
 	case r.Admitted:
 		m.decision(domain, label, "admitted")

@@ -171,3 +171,27 @@ func TestLatencyConcurrent(t *testing.T) {
 	}
 	t.Fatal("no envoy_rls_call_duration_seconds")
 }
+
+// TestChargedPastLimit: hits of a limit that charges always that did not
+// fit are counted, per limit; admitted hits and other limits are not.
+func TestChargedPastLimit(t *testing.T) {
+	m := New(0.8)
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "tok.yaml", Data: []byte(
+		"domain: tok\ncharge: always\ndescriptors:\n  - key: user\n    name: tokens\n    fixed_window: {limit: 1000, window: 1m}\n  - key: plain\n    charge: admitted\n    fixed_window: {limit: 1, window: 1m}\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := cfg.Domain("tok").Rules()
+	m.Limit("tok", rules[0], "tok|user=a", 600, &limit.Result{Admitted: true, Remaining: 400}, false)
+	m.Limit("tok", rules[0], "tok|user=a", 600, &limit.Result{}, false) // recorded past the budget
+	m.Limit("tok", rules[0], "tok|user=a", 0, &limit.Result{}, false)   // a check: nothing charged
+	m.Limit("tok", rules[1], "tok|plain=a", 5, &limit.Result{}, false)  // refused, not charged
+	want := `
+# HELP envoy_rls_charged_past_limit_hits_total Hits of limits that charge always (charge: always) recorded past the limit, per limit: usage already spent, charged although it did not fit, which the limit reports as a debt until it has leaked, slid or reset away.
+# TYPE envoy_rls_charged_past_limit_hits_total counter
+envoy_rls_charged_past_limit_hits_total{domain="tok",limit="tokens"} 600
+`
+	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), "envoy_rls_charged_past_limit_hits_total"); err != nil {
+		t.Error(err)
+	}
+}

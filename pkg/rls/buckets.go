@@ -46,6 +46,26 @@ type BucketStatus struct {
 	Clear     string `json:"clear"`
 	AdmitsOne bool   `json:"admits_one"`
 	Reset     string `json:"reset,omitempty"`
+	// Debt is how far past its limit the bucket counts (charges of a
+	// limit that charges always, recorded past it), and BackWithin the
+	// time until it is back within; both absent when it is within.
+	Debt       int64  `json:"debt,omitempty"`
+	BackWithin string `json:"back_within,omitempty"`
+}
+
+// debt is how far past its limit a bucket counts, and for how long.
+type debt struct {
+	hits       int64
+	backWithin time.Duration
+}
+
+// debtOf reads the debt of a bucket in state st at now.
+func debtOf(st limit.State, l limit.Limit, at time.Time) debt {
+	over := limit.Count(st, l, at) - l.Size
+	if over <= 0 {
+		return debt{}
+	}
+	return debt{hits: over, backWithin: limit.Decide(st, l, at, 0).Reset}
 }
 
 // Reset is the answer of DELETE /buckets: the keys of the buckets reset.
@@ -132,6 +152,7 @@ func (s *Service) Buckets(ctx context.Context, domain string, descs [][]descript
 func bucketStatus(l descriptors.Level, st limit.State, at time.Time) BucketStatus {
 	lim := l.Rule.Limit
 	peek := limit.Decide(st, lim, at, 0)
+	d := debtOf(st, lim, at)
 	st.Counts = slices.Clone(st.Counts) // a sliding window's hit is charged in place
 	one := limit.Decide(st, lim, at, 1)
 	b := BucketStatus{Key: l.Key, Path: l.Rule.Path, Label: l.Rule.Label(), Limit: l.Rule.Describe(),
@@ -141,6 +162,9 @@ func bucketStatus(l descriptors.Level, st limit.State, at time.Time) BucketStatu
 	}
 	if !one.Admitted {
 		b.Reset = one.Reset.String()
+	}
+	if d.hits > 0 {
+		b.Debt, b.BackWithin = d.hits, d.backWithin.String()
 	}
 	return b
 }

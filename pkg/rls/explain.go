@@ -185,6 +185,11 @@ type BucketState struct {
 	// bucket as over its limit for these hits: a call would be rejected
 	// without asking the store.
 	CachedOverLimit bool `json:"cached_over_limit,omitempty"`
+	// Debt is how far past its limit the bucket counts now (charges of a
+	// limit that charges always, recorded past it), and BackWithin the
+	// time until it is back within; both absent when it is within.
+	Debt       int64  `json:"debt,omitempty"`
+	BackWithin string `json:"back_within,omitempty"`
 }
 
 // ExplainConfig explains a request from the config alone, without bucket
@@ -243,6 +248,10 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 	if err != nil {
 		return nil, &storeError{err: err}
 	}
+	debts := make([]debt, len(w.buckets))
+	for k, b := range w.buckets {
+		debts[k] = debtOf(states[k], b.Limit, at) // before DecideAll, which may charge the states in place
+	}
 	limit.DecideAll(states, w.buckets, at, w.results)
 	w.now = at
 	resp := s.response(d, req, w, false)
@@ -271,6 +280,9 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 			bs := &BucketState{Admits: r.Admitted, Remaining: r.Remaining, Clear: r.Clear.String()}
 			if !r.Admitted {
 				bs.Reset = r.Reset.String()
+			}
+			if d := debts[k]; d.hits > 0 {
+				bs.Debt, bs.BackWithin = d.hits, d.backWithin.String()
 			}
 			if b := &w.buckets[k]; g.cache != nil && !b.Shadow && b.Hits > 0 {
 				_, bs.CachedOverLimit = g.cache.get(b.Key, b.Hits, now)

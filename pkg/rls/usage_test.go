@@ -205,3 +205,34 @@ descriptors:
 		t.Fatalf("a over: %s, want %s", got, want)
 	}
 }
+
+// TestExplainAndBucketsShowDebt: POST /explain and GET /buckets give how
+// far past its limit a budget counts, and when it is back within.
+func TestExplainAndBucketsShowDebt(t *testing.T) {
+	svc, _ := newService(t, Options{Config: loadConfig(t, `
+domain: tok
+charge: always
+descriptors:
+  - key: user
+    fixed_window: {limit: 1000, window: 1m}
+`)})
+	ctx := context.Background()
+	svc.ShouldRateLimit(ctx, request("tok", withHits(desc("user=a"), 1500, false)))
+	b, err := svc.Buckets(ctx, "tok", [][]descriptors.Entry{{{Key: "user", Value: "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := b.Descriptors[0].Buckets[0]
+	wantBack := (time.Minute - time.Duration(t0.UnixNano()%int64(time.Minute))).String()
+	if st.Debt != 500 || st.BackWithin != wantBack || st.AdmitsOne || st.Remaining != 0 {
+		t.Fatalf("GET /buckets: %+v, want a debt of 500 back within %s", st, wantBack)
+	}
+	e, err := svc.Explain(ctx, request("tok", withHits(desc("user=a"), 0, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := e.Descriptors[0].Walk[0].Limits[0]
+	if bs := x.Bucket.State; bs.Debt != 500 || bs.BackWithin != wantBack || bs.Admits || e.Code != "OVER_LIMIT" || x.Charge != "always" {
+		t.Fatalf("POST /explain: %+v (charge %q), code %s, want a debt of 500 back within %s, OVER_LIMIT", bs, x.Charge, e.Code, wantBack)
+	}
+}

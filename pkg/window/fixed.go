@@ -58,6 +58,15 @@ func (l Fixed) Decide(s FixedState, now time.Time, hits int64) Result {
 	return r
 }
 
+// Count returns the hits the window holding now counts: more than Limit
+// when a limit that charges always went past it.
+func (l Fixed) Count(s FixedState, now time.Time) int64 {
+	if max(floorDiv(now.UnixMicro(), l.Window.Microseconds()), s.Index) != s.Index {
+		return 0
+	}
+	return s.Count
+}
+
 // Charge adds hits to the window holding now, as Decide admitted them or
 // past the limit (a limit that charges always); the count saturates at
 // MaxLimit, and a refund never takes it below 0.

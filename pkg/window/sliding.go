@@ -131,6 +131,18 @@ func (l Sliding) Decide(s SlidingState, now time.Time, hits int64) Result {
 	return r
 }
 
+// Count returns the hits the window counts at now: more than Limit when a
+// limit that charges always went past it.
+func (l Sliding) Count(s SlidingState, now time.Time) int64 {
+	n := int64(l.SubWindows())
+	shift := max(floorDiv(now.UnixMicro(), l.resolution().Microseconds()), s.Newest) - s.Newest
+	var count int64
+	for k := int64(0); k+shift < n && k < int64(len(s.Counts)); k++ {
+		count += s.Counts[k]
+	}
+	return count
+}
+
 // Charge adds hits to the window at now, as Decide admitted them or past
 // the limit (a limit that charges always): to the sub-window holding now
 // (or, were time to go back, the newest), whose count saturates at
