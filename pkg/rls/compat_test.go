@@ -168,3 +168,27 @@ func TestCompatFixedWindowLeaf(t *testing.T) {
 		{51 * time.Second, action, "OK [OK 10/MINUTE left=9 reset=1m0s] X-RateLimit-Remaining=9 X-RateLimit-Clear=60"},
 	})
 }
+
+// TestCompatChargesEveryHit: with charge: always beside match: leaf and
+// fixed windows, a rejected request is charged to every limit it matched,
+// as envoyproxy/ratelimit counts it: the second call, over a's limit,
+// still takes one of b's ten.
+func TestCompatChargesEveryHit(t *testing.T) {
+	svc, c := compatService(t, `
+domain: api
+match: leaf
+rate_limit_algorithm: fixed_window
+charge: always
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	both := request("api", desc("a=1"), desc("b=1"))
+	answers(t, svc, c, []step{
+		{0, both, "OK [OK 1/MINUTE left=0 reset=51s; OK 10/MINUTE left=9 reset=51s] X-RateLimit-Remaining=0 X-RateLimit-Clear=51"},
+		{0, both, "OVER_LIMIT [OVER_LIMIT 1/MINUTE left=0 reset=51s; OK 10/MINUTE left=8 reset=51s] X-RateLimit-Remaining=0 X-RateLimit-Clear=51 X-RateLimit-Reset=51 Retry-After=51"},
+		{0, request("api", withHits(desc("b=1"), 0, false)), "OK [OK 10/MINUTE left=8 reset=51s] X-RateLimit-Remaining=8 X-RateLimit-Clear=51"},
+	})
+}
