@@ -11,6 +11,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // TestUsageFlowsMatchTheReference replays the calls Envoy makes for limits
@@ -234,5 +235,37 @@ descriptors:
 	x := e.Descriptors[0].Walk[0].Limits[0]
 	if bs := x.Bucket.State; bs.Debt != 500 || bs.BackWithin != wantBack || bs.Admits || e.Code != "OVER_LIMIT" || x.Charge != "always" {
 		t.Fatalf("POST /explain: %+v (charge %q), code %s, want a debt of 500 back within %s, OVER_LIMIT", bs, x.Charge, e.Code, wantBack)
+	}
+}
+
+// TestOverLimitCacheLeavesChargesToTheStore: with the over-limit cache
+// on, a charge of a limit that charges always still reaches the store when
+// the budget is over (it must be recorded), and a check after the debt has
+// gone passes: the cache hides neither.
+func TestOverLimitCacheLeavesChargesToTheStore(t *testing.T) {
+	svc, clk := newService(t, Options{OverLimitCacheSize: 1000, Config: loadConfig(t, `
+domain: tok
+charge: always
+descriptors:
+  - key: user
+    leaky_bucket: {size: 1000, drip_rate: 1s, drip_size: 100}
+`)})
+	ctx := context.Background()
+	for _, hits := range []uint64{1500, 10, 10} {
+		if _, err := svc.ShouldRateLimit(ctx, request("tok", withHits(desc("user=a"), hits, false))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := svc.Buckets(ctx, "tok", [][]descriptors.Entry{{{Key: "user", Value: "a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := b.Descriptors[0].Buckets[0].Debt; d != 520 {
+		t.Fatalf("debt %d, want 520: every charge recorded", d)
+	}
+	clk.now = clk.now.Add(6 * time.Second) // 600 leaked: back within
+	resp, err := svc.ShouldRateLimit(ctx, request("tok", withHits(desc("user=a"), 0, false)))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a check once the debt has leaked: %v (%v), want OK", resp.GetOverallCode(), err)
 	}
 }

@@ -22,7 +22,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testpki"
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
@@ -246,6 +248,33 @@ func TestStartedAsEnvoyGateway(t *testing.T) {
 	}
 	if !strings.Contains(rl.out.String(), "update refused") {
 		t.Errorf("no log of the refusal:\n%s", rl.out)
+	}
+
+	// A cost.response rule's calls (1000 a minute in force): a check, then
+	// the response's cost of 1500 at stream end, recorded past the limit as
+	// the reference records it: the next check is refused, with no header
+	// (Envoy Gateway's Envoy adds its own).
+	envoyflows.AwayFromMinuteEdge(3 * time.Second)
+	costOf := func(hits uint64) *rlsv3.RateLimitRequest {
+		r := &rlsv3.RateLimitRequest{Domain: "default/eg/http", Descriptors: request([]string{route + "=" + route, "rule-0-match-0=two"}).Descriptors}
+		r.Descriptors[0].HitsAddend = wrapperspb.UInt64(hits)
+		return r
+	}
+	var got []string
+	for _, hits := range []uint64{0, 1500, 0} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := c.ShouldRateLimit(ctx, costOf(hits))
+		cancel()
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v; output:\n%s", err, rl.out)
+		}
+		if len(resp.GetResponseHeadersToAdd()) > 0 {
+			t.Errorf("headers %v, want none as the reference", resp.GetResponseHeadersToAdd())
+		}
+		got = append(got, resp.GetOverallCode().String())
+	}
+	if strings.Join(got, " ") != "OK OVER_LIMIT OVER_LIMIT" {
+		t.Fatalf("check, cost of 1500, check at 1000 a minute: %v, want the last check refused", got)
 	}
 }
 
