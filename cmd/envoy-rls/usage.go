@@ -45,7 +45,7 @@ type usageFlags struct {
 
 func newUsageFlags(fs *flag.FlagSet) *usageFlags {
 	u := &usageFlags{}
-	fs.BoolVar(&u.quotaMode, "quota-mode", false, "put every limit in quota mode (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its limit rejects the request only when every descriptor of it is over")
+	fs.BoolVar(&u.quotaMode, "quota-mode", false, "put every limit in quota mode (envoyproxy/ratelimit's QUOTA_MODE): a descriptor over its limit rejects the request only when every descriptor of it is over (one that matches no limit is never over, as there)")
 	fs.BoolVar(&u.dynamicMetadata, "response-dynamic-metadata", false, "send the response's dynamic metadata as envoyproxy/ratelimit does (RESPONSE_DYNAMIC_METADATA): domain, descriptors, hits and the metadata of the limits that passed, for routing to a backend with quota")
 	fs.StringVar(&u.headerNames.Limit, "response-header-limit", "RateLimit-Limit", "with -response-headers envoyproxy: the `name` of the header giving the limit (LIMIT_LIMIT_HEADER)")
 	fs.StringVar(&u.headerNames.Remaining, "response-header-remaining", "RateLimit-Remaining", "with -response-headers envoyproxy: the `name` of the header giving what remains (LIMIT_REMAINING_HEADER)")

@@ -66,7 +66,7 @@ func New(nearLimitRatio float64) *Metrics {
 	}, []string{"domain", "limit", "decision"})
 	pastLimit := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "envoy_rls_charged_past_limit_hits_total",
-		Help: "Hits of limits that charge always (charge: always) recorded past the limit, per limit: usage already spent, charged although it did not fit, which the limit reports as a debt until it has leaked, slid or reset away.",
+		Help: "Hits of charges that did not fit a limit that charges always (charge: always), recorded all the same, per limit: usage already spent, which the limit reports as a debt until it has leaked, slid or reset away.",
 	}, []string{"domain", "limit"})
 	m := &Metrics{
 		registry:  prometheus.NewRegistry(),

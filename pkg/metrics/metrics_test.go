@@ -187,7 +187,7 @@ func TestChargedPastLimit(t *testing.T) {
 	m.Limit("tok", rules[0], "tok|user=a", 0, &limit.Result{}, false)   // a check: nothing charged
 	m.Limit("tok", rules[1], "tok|plain=a", 5, &limit.Result{}, false)  // refused, not charged
 	want := `
-# HELP envoy_rls_charged_past_limit_hits_total Hits of limits that charge always (charge: always) recorded past the limit, per limit: usage already spent, charged although it did not fit, which the limit reports as a debt until it has leaked, slid or reset away.
+# HELP envoy_rls_charged_past_limit_hits_total Hits of charges that did not fit a limit that charges always (charge: always), recorded all the same, per limit: usage already spent, which the limit reports as a debt until it has leaked, slid or reset away.
 # TYPE envoy_rls_charged_past_limit_hits_total counter
 envoy_rls_charged_past_limit_hits_total{domain="tok",limit="tokens"} 600
 `

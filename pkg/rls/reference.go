@@ -110,7 +110,9 @@ func dynamicMetadata(domain *descriptors.Domain, req *rlsv3.RateLimitRequest, w 
 			continue
 		}
 		for j := w.starts[i+1] - 1; j >= w.starts[i]; j-- {
-			mergeMetadata(merged, w.levels[j].Rule.Metadata)
+			if k := w.bucketOf[j]; k >= 0 && !w.skipped[k] { // not replaced, and checked
+				mergeMetadata(merged, w.levels[j].Rule.Metadata)
+			}
 		}
 	}
 	if len(merged) > 0 {

@@ -123,7 +123,8 @@ type Options struct {
 	MaxDescriptors, MaxEntries, MaxEntryBytes int
 	// QuotaMode puts every limit in quota mode (envoyproxy/ratelimit's
 	// QUOTA_MODE): a descriptor over its limit rejects the request only
-	// when every descriptor of it that has a limit is over.
+	// when every descriptor of it is over; as there, a descriptor that
+	// matches no limit counts, and is never over.
 	QuotaMode bool
 	// DynamicMetadata sends the response's dynamic_metadata as
 	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA: the domain,

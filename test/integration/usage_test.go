@@ -209,3 +209,57 @@ func TestUsageFlowsLocalFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaModeLocalFirst: two quota descriptors of 100 a minute, charged
+// one hit each by 20 requests through three local-first replicas: every
+// request passes, as on exact replicas (a quota bucket asks Redis for
+// units like any other, and says it is over only when Redis has no room).
+func TestQuotaModeLocalFirst(t *testing.T) {
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "quota.yaml", Data: []byte(`
+domain: usage
+rate_limit_algorithm: fixed_window
+descriptors:
+  - key: backend
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	connect := redis.ClientOptions{URL: redistest.Start(t).URL()}
+	var svcs []*rls.Service
+	for range 3 {
+		st, err := redis.New(redis.Options{Connect: &connect, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lf, err := localfirst.New(st, localfirst.Options{Interval: localFirstInterval, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lf.Close() })
+		svc, err := rls.New(rls.Options{Store: lf, Config: cfg, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs = append(svcs, svc)
+	}
+	envoyflows.AwayFromMinuteEdge(3 * time.Second)
+	req := request([]string{"backend=a"}, []string{"backend=b"})
+	req.Domain = "usage"
+	over := 0
+	for i := range 20 {
+		resp, err := svcs[i%3].ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			over++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if over > 0 {
+		t.Fatalf("%d of 20 requests OVER_LIMIT with both quotas far from their limit", over)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
@@ -17,13 +18,23 @@ type debt struct {
 	hits  int64
 }
 
+// owed is what a charge of hits leaves owed beyond a lease (which a sync
+// may have left below 0: units used meanwhile beyond its grant), at most
+// leaky.MaxSize: a count saturates there, and no sum wraps.
+func owed(hits, lease int64) int64 {
+	if lease < 0 {
+		return min(hits, leaky.MaxSize) + min(-lease, leaky.MaxSize)
+	}
+	return min(hits-lease, leaky.MaxSize)
+}
+
 // pay charges debts on Redis (the store's exact path, which charges a
 // bucket that charges always whatever its room) and reports each bucket
 // as Redis then holds it. The call runs to its end even if the request
 // stops waiting; if it fails, the debts stay with their entries for the
 // next sync to send: a charge is never dropped. (A reply lost after Redis
 // ran the call may have it sent twice: the budget then binds early, not
-// late.)
+// late.) Each debt's entry counts the call in its paying.
 func (s *Store) pay(ctx context.Context, now time.Time, buckets []limit.Bucket, debts []debt, results []limit.Result) {
 	pays := make([]limit.Bucket, len(debts))
 	for n, d := range debts {
@@ -32,60 +43,70 @@ func (s *Store) pay(ctx context.Context, now time.Time, buckets []limit.Bucket, 
 	}
 	got := make([]limit.Result, len(debts))
 	done := make(chan error, 1)
+	s.paying.Add(1)
 	go func() {
+		defer s.paying.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		defer cancel()
+		rnow := now.UnixMicro() + s.offset.Load()
 		err := s.remote.Apply(ctx, now, pays, got)
-		s.settle(debts, pays, got, err)
+		s.settle(debts, pays, got, rnow, err)
 		done <- err
 	}()
 	select {
 	case err := <-done:
 		if err != nil {
-			return // the local figures stand: over, for what did not fit
+			return // the local figures stand
 		}
 		for n, d := range debts {
-			r := got[n]
-			r.Admitted, r.Remaining = false, 0 // the hits did not fit in what was granted
-			results[d.index] = r
+			results[d.index] = got[n]
 		}
 	case <-ctx.Done():
 	}
 }
 
-// settle records the outcome of a debts' call in their entries: Redis's
-// state, or, if the call failed, the debts, for the next sync to send.
-func (s *Store) settle(debts []debt, pays []limit.Bucket, got []limit.Result, err error) {
+// settle records the outcome of a call that sent debts, made at rnow
+// (Redis's clock): Redis's state, or, if the call failed, the debts, for
+// the next sync to send. A debt is kept across a reload: it is usage of
+// the bucket's key, whatever its limit now.
+func (s *Store) settle(debts []debt, pays []limit.Bucket, got []limit.Result, rnow int64, err error) {
 	for n, d := range debts {
 		sh := &s.shards[maphash.String(s.seed, pays[n].Key)%shards]
 		sh.mu.Lock()
 		e := d.entry
+		e.paying--
 		switch {
-		case e.limit != pays[n].Limit:
-			// A reload changed the limit meanwhile: the old one's debt
-			// went to its own key, or is dropped with it.
 		case err != nil:
-			e.debt += d.hits
-		case !e.forgot:
+			e.addDebt(d.hits, rnow)
+		case !e.forgot && e.limit == pays[n].Limit:
 			e.global = got[n].State
 		}
 		sh.mu.Unlock()
 	}
 }
 
+// addDebt records hits owed to Redis, made at rnow.
+func (e *entry) addDebt(hits, rnow int64) {
+	if e.debt == 0 {
+		e.debtAt = rnow
+	}
+	e.debt = min(e.debt+hits, leaky.MaxSize)
+}
+
 // keepCharges records, when Redis cannot be asked, the hits of the
 // request's limits that charge always: from what the replica holds, and
 // past it as debts for the next sync, so that usage already spent is not
 // lost with the call.
-func (s *Store) keepCharges(locks []uint32, buckets []limit.Bucket, entries []*entry) {
+func (s *Store) keepCharges(now time.Time, locks []uint32, buckets []limit.Bucket, entries []*entry) {
 	s.lock(locks)
 	defer s.unlock(locks)
+	rnow := now.UnixMicro() + s.offset.Load()
 	for i, b := range buckets {
 		e := entries[i]
 		switch {
-		case !b.Always || b.Hits <= 0 || e.limit != b.Limit:
+		case !b.Always || b.Hits <= 0:
 		case b.Hits > e.lease:
-			e.debt += b.Hits - e.lease
+			e.addDebt(owed(b.Hits, e.lease), rnow)
 			e.lease = 0
 		default:
 			e.lease -= b.Hits
@@ -94,19 +115,30 @@ func (s *Store) keepCharges(locks []uint32, buckets []limit.Bucket, entries []*e
 }
 
 // payDebts sends the debts that could not be sent when they were made, in
-// calls of at most debtChunk buckets; it is the sync's first step.
+// calls of at most debtChunk buckets; it is the sync's first step. A fixed
+// window's debt made in a window that has ended since is dropped: the
+// window would have forgotten it.
 func (s *Store) payDebts(ctx context.Context, now time.Time) {
+	rnow := now.UnixMicro() + s.offset.Load()
 	var debts []debt
 	var buckets []limit.Bucket
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for key, e := range sh.m {
-			if e.debt > 0 {
-				debts = append(debts, debt{index: len(buckets), entry: e, hits: e.debt})
-				buckets = append(buckets, limit.Bucket{Key: key, Limit: e.limit, Hits: e.debt, Always: true, Shadow: true})
-				e.debt = 0
+			if e.debt == 0 {
+				continue
 			}
+			if e.limit.Algorithm == limit.FixedWindow {
+				if win := e.limit.Fixed().Window.Microseconds(); floorDiv(rnow, win) != floorDiv(e.debtAt, win) {
+					e.debt = 0
+					continue
+				}
+			}
+			debts = append(debts, debt{index: len(buckets), entry: e, hits: e.debt})
+			buckets = append(buckets, limit.Bucket{Key: key, Limit: e.limit, Hits: e.debt, Always: true, Shadow: true})
+			e.debt = 0
+			e.paying++
 		}
 		sh.mu.Unlock()
 	}
@@ -117,7 +149,7 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 		if err != nil {
 			s.failures.Add(1)
 		}
-		s.settle(debts[start:end], buckets[start:end], got, err)
+		s.settle(debts[start:end], buckets[start:end], got, rnow, err)
 	}
 }
 

@@ -2,9 +2,11 @@ package localfirst
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
@@ -106,4 +108,59 @@ func leaseOf(s *Store, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// TestHugeChargesSaturate: charges of any size, kept while Redis is away,
+// neither wrap nor overflow: the debt saturates at what a count holds.
+func TestHugeChargesSaturate(t *testing.T) {
+	r := newRemote()
+	a := newStore(t, r, time.Hour)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r.down.Store(true)
+	for range 2 {
+		res := make([]limit.Result, 1)
+		a.Apply(context.Background(), now, []limit.Bucket{charge(math.MaxInt64)}, res)
+	}
+	r.down.Store(false)
+	a.sync(context.Background(), now, false)
+	if got := r.states["tok"].Counter; got != leaky.MaxSize {
+		t.Fatalf("Redis counts %d after two charges of MaxInt64, want the saturated %d", got, int64(leaky.MaxSize))
+	}
+}
+
+// TestChargeKeptWhenTheCallEndsFirst: a charge waiting for units from a
+// slow Redis, whose call ends first, is kept and sent at the next sync.
+func TestChargeKeptWhenTheCallEndsFirst(t *testing.T) {
+	r := newRemote()
+	r.hold = make(chan struct{})
+	a := newStore(t, r, time.Hour)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	res := make([]limit.Result, 1)
+	if err := a.Apply(ctx, now, []limit.Bucket{charge(300)}, res); err == nil {
+		t.Fatal("a call that ended while Redis was slow succeeded")
+	}
+	close(r.hold) // the ask goes on, and is answered
+	time.Sleep(50 * time.Millisecond)
+	a.sync(context.Background(), now, false)
+	if got := r.states["tok"].Counter - leaseOf(a, "tok"); got != 300 {
+		t.Fatalf("Redis counts %d beside a's unused units, want the 300 charged", got)
+	}
+}
+
+// TestQuotaBucketsAskForUnits: a shadow bucket (the service's quota-mode
+// buckets are) asks Redis for units like any other, so that it reports
+// room where Redis has room.
+func TestQuotaBucketsAskForUnits(t *testing.T) {
+	r := newRemote()
+	a := newStore(t, r, time.Hour)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	quota := limit.Bucket{Key: "q", Limit: limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Minute}, Hits: 1, Shadow: true}
+	for i := range 150 {
+		res, _ := apply(t, a, now, quota)
+		if want := i < 100; res[0].Admitted != want {
+			t.Fatalf("call %d: admitted %v, want %v: a quota must say whether Redis has room", i, res[0].Admitted, want)
+		}
+	}
 }

@@ -37,8 +37,14 @@ type entry struct {
 	// when none is.
 	busy chan struct{}
 	// debt is hits of a limit that charges always, charged past what Redis
-	// granted, whose sending to Redis failed: the next sync sends them.
-	debt int64
+	// granted, whose sending to Redis failed: the next sync sends them (at
+	// most leaky.MaxSize, which a count saturates at anyway). debtAt is
+	// when the first of them was made, Redis's clock: a fixed window's debt
+	// ends with its window.
+	debt, debtAt int64
+	// paying counts the calls out that send this bucket's debts: while one
+	// is, the entry is kept, so that a failure has somewhere to leave them.
+	paying int
 }
 
 // entry returns the entry of bucket b, made if new; an error if the table
@@ -59,7 +65,7 @@ func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
 	if e.limit != b.Limit {
 		// A new limit (a reload): what was leased under the old one is
 		// not this one's. It is left to leak or expire on Redis.
-		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot, debt: e.debt}
+		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot, debt: e.debt, debtAt: e.debtAt, paying: e.paying}
 	}
 	return e, nil
 }
@@ -100,9 +106,10 @@ func (s *Store) expire(e *entry, rnow int64) {
 	}
 }
 
-// report is the result a bucket reports: its lease, and Redis's state as
-// last learnt, dripped to now, for what the others hold.
-func (s *Store) report(e *entry, b limit.Bucket, rnow int64, admitted bool) limit.Result {
+// report is the result a bucket reports, charged with its hits or not: its
+// lease, and Redis's state as last learnt, dripped to now, for what the
+// others hold.
+func (s *Store) report(e *entry, b limit.Bucket, rnow int64, charged bool) limit.Result {
 	global := e.global
 	if b.Limit.Algorithm == limit.SlidingWindow {
 		// Redis reports a sliding window's count, not its counts: as if
@@ -115,7 +122,7 @@ func (s *Store) report(e *entry, b limit.Bucket, rnow int64, admitted bool) limi
 		r := limit.Decide(global, b.Limit, at, 0)
 		r.Admitted = true
 		left := e.lease // what stays, with Redis's room, if it is not charged
-		if admitted {
+		if charged {
 			left -= b.Hits
 		}
 		r.Remaining = min(max(r.Remaining+left, 0), b.Limit.Size)

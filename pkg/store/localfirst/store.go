@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
@@ -93,6 +94,9 @@ type Store struct {
 	// was last logged (Unix nanoseconds).
 	failedSyncs  atomic.Int64
 	lastSyncWarn atomic.Int64
+
+	// paying tracks the calls out that send debts, which Close waits for.
+	paying sync.WaitGroup
 
 	stop chan struct{}
 	done chan struct{}
@@ -200,12 +204,15 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 				// is out: its answer leaves an ended lease alone.
 				s.expire(e, rnow)
 			}
-			if b.Hits <= 0 || b.Shadow || e.lease >= b.Hits {
+			if b.Hits <= 0 || e.lease >= b.Hits {
 				continue
 			}
+			// A shadow bucket (a quota-mode one among them) asks too: its
+			// figures decide a quota, and must say whether Redis has room.
 			switch {
 			case e.busy != nil:
 				wait = e.busy
+			case e.dry && b.Shadow:
 			case e.dry:
 				refused = true
 			default:
@@ -233,10 +240,11 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 			select {
 			case <-wait:
 			case <-ctx.Done():
+				s.keepCharges(now, locks, buckets, entries) // usage spent is kept, whoever answers
 				return ctx.Err()
 			}
 			if more != nil && more.err != nil {
-				s.keepCharges(locks, buckets, entries)
+				s.keepCharges(now, locks, buckets, entries)
 				return more.err // Redis was needed: the caller's failure mode decides
 			}
 			continue
@@ -245,14 +253,14 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		for i, b := range buckets {
 			e := entries[i]
 			if b.Hits > 0 {
-				e.demand += b.Hits
+				e.demand = min(e.demand, leaky.MaxSize) + min(b.Hits, leaky.MaxSize) // no wrap, however large
 			}
 			if !b.Shadow && b.Hits > e.lease {
 				admitted = false
 			}
 		}
 		for i, b := range buckets {
-			results[i] = s.report(entries[i], b, rnow, admitted)
+			results[i] = s.report(entries[i], b, rnow, admitted || b.Always)
 		}
 		var debts []debt
 		for i, b := range buckets {
@@ -261,8 +269,9 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 			case b.Always && b.Hits > e.lease:
 				// Usage already spent, past what Redis granted: charged on
 				// Redis at once, past the limit, whatever the answer.
-				debts = append(debts, debt{index: i, entry: e, hits: b.Hits - e.lease})
+				debts = append(debts, debt{index: i, entry: e, hits: owed(b.Hits, e.lease)})
 				e.lease = 0
+				e.paying++
 			case b.Always:
 				e.lease -= b.Hits
 			case !admitted:

@@ -25,6 +25,8 @@ type remote struct {
 	leases  atomic.Int64 // LeaseAll calls
 	applies atomic.Int64
 	down    atomic.Bool
+	// hold, if set, holds lease calls until it is closed: a slow Redis.
+	hold chan struct{}
 }
 
 func newRemote() *remote { return &remote{states: map[string]limit.State{}} }
@@ -52,6 +54,9 @@ func (r *remote) Apply(_ context.Context, now time.Time, buckets []limit.Bucket,
 }
 
 func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease) (int64, error) {
+	if r.hold != nil {
+		<-r.hold
+	}
 	if r.down.Load() {
 		for i := range leases {
 			leases[i].Err = errDown

@@ -65,7 +65,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				e.busy = busy
 			}
 			if l.Return == 0 && l.Ask == 0 {
-				if e.lease == 0 && e.debt == 0 && e.idle >= idleHold {
+				if e.lease == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold {
 					delete(sh.m, key)
 					s.bytes.Add(-cost(key))
 				}
@@ -187,6 +187,7 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.paying.Wait() // a debt a failed call leaves is sent below
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
 		s.sync(ctx, time.Now(), true)
