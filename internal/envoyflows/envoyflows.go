@@ -9,6 +9,8 @@ package envoyflows
 import (
 	"context"
 	"fmt"
+	"slices"
+	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -142,5 +144,33 @@ func AwayFromMinuteEdge(margin time.Duration) {
 	now := time.Now()
 	if left := now.Truncate(time.Minute).Add(time.Minute).Sub(now); left < margin {
 		time.Sleep(left + 50*time.Millisecond)
+	}
+}
+
+// Expect runs the three flows, each on fresh buckets from fresh(), and
+// fails t unless each admits envoyproxy/ratelimit's number, within slack
+// requests (and, with slack, the quota flow still routes to service_1
+// before service_2).
+func Expect(t testing.TB, fresh func() Call, slack int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	near := func(what string, got, want int, err error) {
+		t.Helper()
+		if err != nil || got < want-slack || got > want+slack {
+			t.Errorf("%s: %d admitted (%v), want %d (±%d) as envoyproxy/ratelimit", what, got, err, want, slack)
+		}
+	}
+	n, err := TokenBudget(ctx, fresh())
+	near("token budget", n, TokenBudgetAdmitted, err)
+	n, err = ChargeOnResponse(ctx, fresh())
+	near("charge on response", n, ChargeOnResponseAdmitted, err)
+	picked, err := QuotaBackends(ctx, fresh())
+	near("quota backends", len(picked), QuotaBackendsAdmitted, err)
+	switch {
+	case slack == 0 && !slices.Equal(picked, QuotaBackendsPicked):
+		t.Errorf("quota backends %v, want %v as envoyproxy/ratelimit", picked, QuotaBackendsPicked)
+	case !slices.IsSorted(picked) || len(picked) > 0 && picked[0] != "service_1":
+		t.Errorf("quota backends %v: want service_1 first, then service_2", picked)
 	}
 }

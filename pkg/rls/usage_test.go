@@ -3,7 +3,6 @@ package rls
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,20 +34,10 @@ func TestUsageFlowsMatchTheReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fresh := func() envoyflows.Call {
+			envoyflows.Expect(t, func() envoyflows.Call {
 				svc, _ := newService(t, Options{Config: cfg, DynamicMetadata: true})
 				return svc.ShouldRateLimit
-			}
-			ctx := context.Background()
-			if n, err := envoyflows.TokenBudget(ctx, fresh()); err != nil || n != envoyflows.TokenBudgetAdmitted {
-				t.Errorf("token budget: %d admitted (%v), want %d", n, err, envoyflows.TokenBudgetAdmitted)
-			}
-			if n, err := envoyflows.ChargeOnResponse(ctx, fresh()); err != nil || n != envoyflows.ChargeOnResponseAdmitted {
-				t.Errorf("charge on response: %d admitted (%v), want %d", n, err, envoyflows.ChargeOnResponseAdmitted)
-			}
-			if picked, err := envoyflows.QuotaBackends(ctx, fresh()); err != nil || !slices.Equal(picked, envoyflows.QuotaBackendsPicked) {
-				t.Errorf("quota backends: %v (%v), want %v", picked, err, envoyflows.QuotaBackendsPicked)
-			}
+			}, 0)
 		})
 	}
 }
