@@ -3,14 +3,12 @@ package rls
 import (
 	"math"
 	"strconv"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 // ReferenceHeaderNames name the headers of EnvoyproxyHeaders, as
@@ -38,7 +36,8 @@ func (n ReferenceHeaderNames) withDefaults() ReferenceHeaderNames {
 // what remains and the whole seconds until the reset of one descriptor's
 // limit, on every answer. The descriptor is the one with the least
 // remaining (the first of a tie), unless a descriptor is over a limit not
-// in quota mode: then the last such one.
+// in quota mode: then the last such one. The reset is its
+// duration_until_reset in whole seconds, rounded up.
 func (s *Service) referenceHeaders(b *response, w *work) []*corev3.HeaderValue {
 	pick := -1
 	least := uint32(math.MaxUint32)
@@ -56,11 +55,9 @@ func (s *Service) referenceHeaders(b *response, w *work) []*corev3.HeaderValue {
 	if pick < 0 {
 		return nil
 	}
-	st, v := &b.statuses[pick].st, &w.verdicts[pick]
+	// Its duration_until_reset is already a fixed window's time to its end.
+	st := &b.statuses[pick].st
 	reset := st.GetDurationUntilReset().AsDuration()
-	if v.binding.Limit.Algorithm == limit.FixedWindow && !w.now.IsZero() {
-		reset = windowEnd(v.binding.Limit, w.now)
-	}
 	names := s.refHeaders
 	b.headers[0] = corev3.HeaderValue{Key: names.Limit, Value: strconv.FormatUint(uint64(st.GetCurrentLimit().GetRequestsPerUnit()), 10)}
 	b.headers[1] = corev3.HeaderValue{Key: names.Remaining, Value: strconv.FormatUint(uint64(st.GetLimitRemaining()), 10)}
@@ -70,13 +67,6 @@ func (s *Service) referenceHeaders(b *response, w *work) []*corev3.HeaderValue {
 		h[i] = &b.headers[i]
 	}
 	return h
-}
-
-// windowEnd is the time from now to the end of the fixed window of l that
-// holds now.
-func windowEnd(l limit.Limit, now time.Time) time.Duration {
-	win := l.Fixed().Window
-	return win - time.Duration(now.UnixNano()%int64(win))
 }
 
 // dynamicMetadata is the response's dynamic metadata as envoyproxy/ratelimit

@@ -222,6 +222,13 @@ func (v *verdict) status(s *descStatus, now time.Time) {
 	st.DurationUntilReset = &s.reset
 }
 
+// windowEnd is the time from now to the end of the fixed window of l that
+// holds now.
+func windowEnd(l limit.Limit, now time.Time) time.Duration {
+	win := l.Fixed().Window
+	return win - time.Duration(now.UnixNano()%int64(win))
+}
+
 // setLimit reports a rule as the response's current_limit.
 func setLimit(l *rlsv3.RateLimitResponse_RateLimit, r *descriptors.Rule) {
 	l.Name = r.Name
