@@ -59,13 +59,13 @@ type debt struct {
 	backWithin time.Duration
 }
 
-// debtOf reads the debt of a bucket in state st at now.
-func debtOf(st limit.State, l limit.Limit, at time.Time) debt {
-	over := limit.Count(st, l, at) - l.Size
-	if over <= 0 {
-		return debt{}
+// debtOf reads the debt of a bucket in state st at now, whose peek (a
+// decision of 0 hits) is peek: its reset is when it is back within.
+func debtOf(st limit.State, l limit.Limit, at time.Time, peek limit.Result) debt {
+	if over := limit.Count(st, l, at) - l.Size; over > 0 {
+		return debt{hits: over, backWithin: peek.Reset}
 	}
-	return debt{hits: over, backWithin: limit.Decide(st, l, at, 0).Reset}
+	return debt{}
 }
 
 // Reset is the answer of DELETE /buckets: the keys of the buckets reset.
@@ -152,7 +152,7 @@ func (s *Service) Buckets(ctx context.Context, domain string, descs [][]descript
 func bucketStatus(l descriptors.Level, st limit.State, at time.Time) BucketStatus {
 	lim := l.Rule.Limit
 	peek := limit.Decide(st, lim, at, 0)
-	d := debtOf(st, lim, at)
+	d := debtOf(st, lim, at, peek)
 	st.Counts = slices.Clone(st.Counts) // a sliding window's hit is charged in place
 	one := limit.Decide(st, lim, at, 1)
 	b := BucketStatus{Key: l.Key, Path: l.Rule.Path, Label: l.Rule.Label(), Limit: l.Rule.Describe(),

@@ -250,7 +250,7 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 	}
 	debts := make([]debt, len(w.buckets))
 	for k, b := range w.buckets {
-		debts[k] = debtOf(states[k], b.Limit, at) // before DecideAll, which may charge the states in place
+		debts[k] = debtOf(states[k], b.Limit, at, limit.Decide(states[k], b.Limit, at, 0)) // before DecideAll, which may charge the states in place
 	}
 	limit.DecideAll(states, w.buckets, at, w.results)
 	w.now = at
