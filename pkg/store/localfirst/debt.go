@@ -39,7 +39,7 @@ func (s *Store) pay(ctx context.Context, now time.Time, buckets []limit.Bucket, 
 	pays := make([]limit.Bucket, len(debts))
 	for n, d := range debts {
 		b := buckets[d.index]
-		pays[n] = limit.Bucket{Key: b.Key, Limit: b.Limit, Hits: d.hits, Always: true, Shadow: true}
+		pays[n] = limit.Bucket{Key: b.Key, Limit: b.Limit, Hits: d.hits, Always: true}
 	}
 	got := make([]limit.Result, len(debts))
 	done := make(chan error, 1)
@@ -136,7 +136,7 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 				}
 			}
 			debts = append(debts, debt{index: len(buckets), entry: e, hits: e.debt})
-			buckets = append(buckets, limit.Bucket{Key: key, Limit: e.limit, Hits: e.debt, Always: true, Shadow: true})
+			buckets = append(buckets, limit.Bucket{Key: key, Limit: e.limit, Hits: e.debt, Always: true})
 			e.debt = 0
 			e.paying++
 		}
