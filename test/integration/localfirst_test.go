@@ -165,7 +165,8 @@ func TestLocalFirstBound(t *testing.T) {
 
 // TestLocalFirstFewRedisCalls checks that local-first replicas under a
 // large limit ask Redis about buckets, not requests: 3000 requests on 10
-// keys cost a few lease calls per key.
+// keys cost a few calls per key (its first requests are decided on Redis,
+// the third asks for units, and the rest are decided locally).
 func TestLocalFirstFewRedisCalls(t *testing.T) {
 	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "localfirst.yaml", Data: []byte(`
 domain: api
@@ -201,7 +202,75 @@ descriptors:
 	after := commandStats(t, admin)
 	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 	t.Logf("3000 requests on 10 keys: %d script calls", calls)
-	if calls > 10*3 {
+	if calls > 10*5 {
 		t.Fatalf("%d script calls for 3000 requests on 10 keys, want at most a few per key", calls)
+	}
+}
+
+// TestColdBucketsCostWhatExactDoes sends requests each for a new bucket
+// (a long tail of keys, each seen once) to an exact replica and to a
+// local-first one: the local-first one makes no more Redis calls, and has
+// Redis run no more commands, than the exact one.
+func TestColdBucketsCostWhatExactDoes(t *testing.T) {
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "cold.yaml", Data: []byte(`
+domain: api
+descriptors:
+  - key: user
+    leaky_bucket: {size: 1000, drip_rate: 1s}
+    descriptors:
+      - key: action
+        fixed_window: {limit: 100, window: 1m}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	log := slog.New(slog.DiscardHandler)
+	cost := map[string]map[string]int{}
+	for _, mode := range []string{"exact", "local-first"} {
+		st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}, Prefix: mode + ":", Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var store rls.Store = st
+		closer := st.Close
+		if mode == "local-first" {
+			lf, err := localfirst.New(st, localfirst.Options{Interval: 100 * time.Millisecond, Logger: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store, closer = lf, lf.Close
+		}
+		svc, err := rls.New(rls.Options{Store: store, Config: cfg, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := commandStats(t, admin)
+		for i := range 300 {
+			resp, err := svc.ShouldRateLimit(context.Background(), request([]string{fmt.Sprintf("user=u%d", i), "action=read"}))
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("%s: call %d: %v %v", mode, i, resp, err)
+			}
+		}
+		after := commandStats(t, admin)
+		closer()
+		cost[mode] = map[string]int{}
+		for name, n := range after {
+			if name != "info" {
+				cost[mode][name] = n - before[name]
+				cost[mode]["all"] += n - before[name]
+			}
+		}
+		cost[mode]["scripts"] = cost[mode]["evalsha"] + cost[mode]["eval"]
+	}
+	t.Logf("300 requests, each for new buckets: exact %v; local-first %v", cost["exact"], cost["local-first"])
+	for _, what := range []string{"scripts", "all"} {
+		if cost["local-first"][what] > cost["exact"][what] {
+			t.Errorf("local-first: %d %s calls for 300 cold requests, exact mode %d", cost["local-first"][what], what, cost["exact"][what])
+		}
+	}
+	if cost["exact"]["scripts"] < 300 {
+		t.Fatalf("exact mode made %d script calls for 300 requests: the requests were not decided", cost["exact"]["scripts"])
 	}
 }

@@ -8,14 +8,14 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
-// ask is one request's call for more units: its buckets' leases and
-// entries, and done, closed when Redis has answered (err set first).
+// ask is one request's call for more units, which it does not wait for:
+// its buckets' leases and entries, and done, closed when Redis has
+// answered (their busy mark, which a refused request may wait on).
 type ask struct {
 	now     time.Time
 	leases  []redis.Lease
 	entries []*entry
 	done    chan struct{}
-	err     error
 }
 
 // asks gathers the asks of concurrent requests, so that one lease call
@@ -39,7 +39,11 @@ func (q *asks) add(s *Store, a *ask) {
 	q.running = true
 	q.mu.Unlock()
 	if start {
-		go q.send(s)
+		s.asking.Add(1)
+		go func() {
+			defer s.asking.Done()
+			q.send(s)
+		}()
 	}
 }
 
@@ -65,14 +69,7 @@ func (q *asks) send(s *Store) {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		s.lease(ctx, batch[len(batch)-1].now, leases, func(j int) *entry { return entries[j] }, nil)
 		cancel()
-		j := 0
 		for _, a := range batch {
-			for range a.leases {
-				if err := leases[j].Err; err != nil && a.err == nil {
-					a.err = err
-				}
-				j++
-			}
 			close(a.done)
 		}
 	}

@@ -93,27 +93,6 @@ func (e *entry) addDebt(hits, rnow int64) {
 	e.debt = min(e.debt+hits, leaky.MaxSize)
 }
 
-// keepCharges records, when Redis cannot be asked, the hits of the
-// request's limits that charge always: from what the replica holds, and
-// past it as debts for the next sync, so that usage already spent is not
-// lost with the call.
-func (s *Store) keepCharges(now time.Time, locks []uint32, buckets []limit.Bucket, entries []*entry) {
-	s.lock(locks)
-	defer s.unlock(locks)
-	rnow := now.UnixMicro() + s.offset.Load()
-	for i, b := range buckets {
-		e := entries[i]
-		switch {
-		case !b.Always || b.Hits <= 0:
-		case b.Hits > e.lease:
-			e.addDebt(owed(b.Hits, e.lease), rnow)
-			e.lease = 0
-		default:
-			e.lease -= b.Hits
-		}
-	}
-}
-
 // payDebts sends the debts that could not be sent when they were made, in
 // calls of at most debtChunk buckets; it is the sync's first step. A fixed
 // window's debt made in a window that has ended since is dropped: the

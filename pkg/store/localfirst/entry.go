@@ -33,6 +33,9 @@ type entry struct {
 	// forgot is set when the bucket is reset while a call is out for it:
 	// the call's answer is not used.
 	forgot bool
+	// gen counts the times the lease was ended (a reset, a reload, an
+	// ended window): units set aside from it go back only to the same one.
+	gen uint32
 	// busy is closed when the lease call out for this bucket returns; nil
 	// when none is.
 	busy chan struct{}
@@ -63,11 +66,16 @@ func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
 		sh.m[b.Key] = e
 	}
 	if e.limit != b.Limit {
-		// A new limit (a reload): what was leased under the old one is
-		// not this one's. It is left to leak or expire on Redis.
-		*e = entry{limit: b.Limit, busy: e.busy, forgot: e.forgot, debt: e.debt, debtAt: e.debtAt, paying: e.paying}
+		e.reload(b.Limit)
 	}
 	return e, nil
+}
+
+// reload makes e an entry of a new limit: what was leased under the old
+// one is not this one's. It is left to leak or expire on Redis. A debt is
+// kept: it is usage of the bucket's key, whatever its limit now.
+func (e *entry) reload(l limit.Limit) {
+	*e = entry{limit: l, busy: e.busy, forgot: e.forgot, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1}
 }
 
 var errFull = errors.New("local-first store: the local table is full")
@@ -95,6 +103,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 			}
 			e.stale, e.staleAt = e.stale+e.lease, e.leasedAt
 			e.lease = 0
+			e.gen++
 		}
 	case limit.FixedWindow:
 		win := e.limit.Fixed().Window.Microseconds()
@@ -102,6 +111,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 			// Ended. (A window after rnow's is one Redis answered in
 			// after this request was made.)
 			e.lease, e.leasedAt = 0, 0
+			e.gen++
 		}
 	}
 }

@@ -58,6 +58,7 @@ func (s *Store) forget(keys []string) {
 			// The units were charged to a bucket that is gone: using them
 			// would admit past the limit of the new one.
 			e.lease, e.stale, e.dry, e.global = 0, 0, false, limit.State{}
+			e.gen++
 			e.forgot = e.busy != nil
 		}
 		sh.mu.Unlock()

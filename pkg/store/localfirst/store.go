@@ -5,6 +5,14 @@
 // interval rather than with requests. Redis holds every bucket; a replica
 // keeps only the units it was leased and what it last learnt of each.
 //
+// Leases go to buckets that profit: a bucket seen once in an interval or
+// two (the long tail of a per-user limit) is decided on Redis, exactly, by
+// the same batched call as exact mode, and costs what it would cost there;
+// one seen again gets units at the next sync, or, seen a third time or
+// short of its units, by a call in the background that no request waits
+// for. A request waits for at most one Redis call, and only when exact
+// mode would have waited for one too.
+//
 // A lease is charged on Redis like admitted hits, before the replica
 // admits anything with it, so units granted to all replicas together never
 // exceed what the limit allows. What a replica holds and does not use is
@@ -12,19 +20,21 @@
 // two bounded ways (docs/operations.md, "Local-first mode"):
 //   - it may admit less: units one replica holds unused are refused to the
 //     others until that replica's next sync, and a replica whose bucket
-//     was found full waits for its next sync before asking again;
+//     was found full refuses it until Redis said it would have room, or
+//     its next sync;
 //   - a leaky bucket's leased units start leaking on Redis when granted,
 //     not when used, so units held for a while let the bucket take that
 //     much more: at most what it drips while units are held, at most
 //     maxHold (eight) intervals.
 //
-// A request is all or nothing within a replica. Across replicas each
-// bucket is all or nothing per lease, not per request.
+// A request is all or nothing within a replica: the units of the buckets
+// it decides here are set aside while Redis decides the others, and
+// charged or given back by Redis's answer. Across replicas each bucket is
+// all or nothing per lease, not per request.
 package localfirst
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -32,7 +42,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
@@ -97,6 +106,9 @@ type Store struct {
 
 	// paying tracks the calls out that send debts, which Close waits for.
 	paying sync.WaitGroup
+	// asking tracks the calls out for more units, which Close waits for:
+	// a busy bucket's units would not be given back.
+	asking sync.WaitGroup
 
 	stop chan struct{}
 	done chan struct{}
@@ -106,6 +118,10 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*entry
+	// recent and older hold the hashes of the buckets without an entry
+	// seen in this interval and the one before: a bucket seen again while
+	// its hash is in either gets an entry, and a lease at the next sync.
+	recent, older map[uint64]struct{}
 }
 
 // New returns a store deciding locally against remote's leases and starts
@@ -130,183 +146,12 @@ func New(remote Remote, opts Options) (*Store, error) {
 		log: opts.Logger, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range s.shards {
 		s.shards[i].m = map[string]*entry{}
+		s.shards[i].recent = map[uint64]struct{}{}
+		s.shards[i].older = map[uint64]struct{}{}
 	}
 	s.nextSync.Store(time.Now().Add(opts.Interval).UnixMicro())
 	go s.loop()
 	return s, nil
-}
-
-// ErrClosed is returned by Apply after Close.
-var ErrClosed = errors.New("local-first store: closed")
-
-// maxRounds bounds how often one Apply waits for or asks Redis.
-const maxRounds = 3
-
-// Apply decides the buckets of one request with the all-or-nothing rule,
-// against this replica's leases; a bucket without enough asks Redis for
-// more (once per bucket until the next sync if Redis has less than
-// asked). A request with a bucket the local table has no room for, or
-// that gives hits back, is decided on Redis, exactly. An error means Redis
-// was needed and did not answer; nothing is charged then.
-func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
-	select {
-	case <-s.stop:
-		return ErrClosed
-	default:
-	}
-	if len(results) < len(buckets) {
-		return fmt.Errorf("local-first store: %d results for %d buckets", len(results), len(buckets))
-	}
-	if len(buckets) == 0 {
-		return nil
-	}
-	for _, b := range buckets {
-		if b.Hits < 0 || (b.Always && b.Hits == 0) {
-			// A refund makes room for the hits Redis still counts, which
-			// only Redis knows: they may have leaked, left the window, or
-			// never been charged. A check of a limit that charges always
-			// asks whether every replica's charges together are past it,
-			// which only Redis knows too.
-			return s.remote.Apply(ctx, now, buckets, results)
-		}
-	}
-	// Requests of a few buckets, nearly all, allocate nothing here.
-	var (
-		idBuf    [8]uint32
-		lockBuf  [8]uint32
-		entryBuf [8]*entry
-	)
-	ids, locks, entries := idBuf[:0], lockBuf[:0], entryBuf[:0]
-	for _, b := range buckets {
-		id := uint32(maphash.String(s.seed, b.Key) % shards)
-		ids = append(ids, id)
-		locks = insertSorted(locks, id)
-		entries = append(entries, nil)
-	}
-	for round := 0; ; round++ {
-		s.lock(locks)
-		for i, b := range buckets {
-			e, err := s.entry(&s.shards[ids[i]], b)
-			if err != nil {
-				s.unlock(locks)
-				return s.remote.Apply(ctx, now, buckets, results)
-			}
-			entries[i] = e
-		}
-		rnow := now.UnixMicro() + s.offset.Load()
-		var wait chan struct{}
-		var short []int // buckets to ask Redis for more
-		refused := false
-		for i, b := range buckets {
-			e := entries[i]
-			if e.busy == nil || e.limit.Algorithm == limit.FixedWindow {
-				// A fixed window's units end with it even while a call
-				// is out: its answer leaves an ended lease alone.
-				s.expire(e, rnow)
-			}
-			if b.Hits <= 0 || e.lease >= b.Hits {
-				continue
-			}
-			// A shadow bucket (a quota-mode one among them) asks too: its
-			// figures decide a quota, and must say whether Redis has room.
-			switch {
-			case e.busy != nil:
-				wait = e.busy
-			case e.dry && b.Shadow:
-			case e.dry:
-				refused = true
-			default:
-				short = append(short, i)
-			}
-		}
-		if !refused && round < maxRounds && (wait != nil || len(short) > 0) {
-			var leases []redis.Lease
-			if wait != nil {
-				// Another request's call is out for a bucket of this one:
-				// its answer first, then whatever is still short.
-				short = nil
-			} else {
-				wait, leases = s.askMore(buckets, entries, short)
-			}
-			s.unlock(locks)
-			var more *ask
-			if len(short) > 0 {
-				more = &ask{now: now, leases: leases, done: wait}
-				for _, i := range short {
-					more.entries = append(more.entries, entries[i])
-				}
-				s.asks.add(s, more)
-			}
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				s.keepCharges(now, locks, buckets, entries) // usage spent is kept, whoever answers
-				return ctx.Err()
-			}
-			if more != nil && more.err != nil {
-				s.keepCharges(now, locks, buckets, entries)
-				return more.err // Redis was needed: the caller's failure mode decides
-			}
-			continue
-		}
-		admitted := !refused
-		for i, b := range buckets {
-			e := entries[i]
-			if b.Hits > 0 {
-				e.demand = min(e.demand, leaky.MaxSize) + min(b.Hits, leaky.MaxSize) // no wrap, however large
-			}
-			if !b.Shadow && b.Hits > e.lease {
-				admitted = false
-			}
-		}
-		for i, b := range buckets {
-			results[i] = s.report(entries[i], b, rnow, admitted || b.Always)
-		}
-		var debts []debt
-		for i, b := range buckets {
-			e := entries[i]
-			switch {
-			case b.Always && b.Hits > e.lease:
-				// Usage already spent, past what Redis granted: charged on
-				// Redis at once, past the limit, whatever the answer.
-				debts = append(debts, debt{index: i, entry: e, hits: owed(b.Hits, e.lease)})
-				e.lease = 0
-				e.paying++
-			case b.Always:
-				e.lease -= b.Hits
-			case !admitted:
-			case b.Shadow:
-				e.lease -= min(b.Hits, e.lease) // past its lease, a shadow bucket is not charged
-			default:
-				e.lease -= b.Hits
-			}
-		}
-		s.unlock(locks)
-		if len(debts) > 0 {
-			s.pay(ctx, now, buckets, debts, results)
-		}
-		return nil
-	}
-}
-
-// askMore marks the buckets short as busy and returns the channel closed
-// when Redis has answered, and what to ask it: what the request lacks, and
-// at least twice the bucket's demand so far (a leaky bucket: or a
-// sixteenth of its room), so that a bucket in demand needs few calls.
-func (s *Store) askMore(buckets []limit.Bucket, entries []*entry, short []int) (chan struct{}, []redis.Lease) {
-	ch := make(chan struct{})
-	leases := make([]redis.Lease, len(short))
-	for j, i := range short {
-		b, e := buckets[i], entries[i]
-		e.busy = ch
-		want := max(b.Hits, 2*(max(e.demand, e.prev)+b.Hits))
-		if b.Limit.Algorithm == limit.LeakyBucket {
-			want = max(want, (b.Limit.Size-e.global.Counter)/headroom)
-		}
-		want -= e.lease
-		leases[j] = redis.Lease{Key: b.Key, Limit: b.Limit, Ask: want}
-	}
-	return ch, leases
 }
 
 // lease runs leases on Redis and applies the answer to the entries entry(j)

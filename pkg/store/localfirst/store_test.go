@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -25,7 +26,7 @@ type remote struct {
 	leases  atomic.Int64 // LeaseAll calls
 	applies atomic.Int64
 	down    atomic.Bool
-	// hold, if set, holds lease calls until it is closed: a slow Redis.
+	// hold, if set, holds calls until it is closed: a slow Redis.
 	hold chan struct{}
 }
 
@@ -33,7 +34,14 @@ func newRemote() *remote { return &remote{states: map[string]limit.State{}} }
 
 var errDown = errors.New("down")
 
-func (r *remote) Apply(_ context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
+func (r *remote) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
+	if r.hold != nil {
+		select {
+		case <-r.hold:
+		case <-ctx.Done():
+			return ctx.Err() // not run
+		}
+	}
 	if r.down.Load() {
 		return errDown
 	}
@@ -73,11 +81,23 @@ func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease
 		g, res := limit.Lease(st, l.Limit, now, l.Return, time.UnixMicro(l.At), l.Ask)
 		r.states[l.Key] = res.State
 		l.Granted, l.State = g, res.State
+		peek := res.State
+		peek.Counts = slices.Clone(peek.Counts) // Decide charges them if it admits
+		if one := limit.Decide(peek, l.Limit, now, 1); !one.Admitted {
+			l.Wait = one.Reset // when it has room for one more, as Redis says
+		}
 	}
 	for i := range leases {
 		leases[i].Now = now.UnixMicro()
 	}
 	return now.UnixMicro(), nil
+}
+
+// state returns bucket key's state, as Redis holds it.
+func (r *remote) state(key string) limit.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.states[key]
 }
 
 func (r *remote) State(_ context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
@@ -130,6 +150,39 @@ func apply(t *testing.T, s *Store, now time.Time, bs ...limit.Bucket) ([]limit.R
 
 var tenPerSecond = limit.Limit{Size: 10, DripRate: 100 * time.Millisecond, DripSize: 1}
 
+// warm has s lease units of bucket b at a sync, as for a bucket seen in
+// the interval with b.Hits of demand, without charging b on Redis.
+func warm(t *testing.T, s *Store, now time.Time, b limit.Bucket) {
+	t.Helper()
+	sh := &s.shards[maphash.String(s.seed, b.Key)%shards]
+	sh.mu.Lock()
+	e, err := s.entry(sh, b)
+	if err == nil {
+		e.demand += b.Hits
+	}
+	sh.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sync(context.Background(), now, false)
+	if leaseOf(s, b.Key) == 0 {
+		t.Fatalf("nothing leased of %s", b.Key)
+	}
+}
+
+// settle waits until no call for more units is out.
+func settle(s *Store) {
+	for {
+		s.asks.mu.Lock()
+		running := s.asks.running
+		s.asks.mu.Unlock()
+		if !running {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
@@ -144,6 +197,7 @@ func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 		t.Fatalf("admitted %d of 25 at one instant, want the bucket's 10", admitted)
 	}
 	// The bucket was found full: no more asking until the next sync.
+	settle(s)
 	calls := r.leases.Load()
 	apply(t, s, now.Add(time.Second), limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	if r.leases.Load() != calls {
@@ -156,14 +210,54 @@ func TestFewRedisCallsForManyRequests(t *testing.T) {
 	s := newStore(t, r, time.Hour)
 	big := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
 	now := time.Now()
+	b := limit.Bucket{Key: "a", Limit: big, Hits: 1}
+	warm(t, s, now, b)
 	for range 10000 {
-		if _, ok := apply(t, s, now, limit.Bucket{Key: "a", Limit: big, Hits: 1}); !ok {
+		if _, ok := apply(t, s, now, b); !ok {
 			t.Fatal("rejected under a large limit")
 		}
 	}
-	// Each top-up asks for at least twice the demand so far.
-	if n := r.leases.Load(); n > 16 {
-		t.Fatalf("%d lease calls for 10000 requests, want a handful", n)
+	settle(s)
+	// A leaky bucket holds a sixteenth of its room: no call at all.
+	if n := r.leases.Load() + r.applies.Load(); n > 2 {
+		t.Fatalf("%d Redis calls for 10000 requests, want the lease's", n)
+	}
+}
+
+// TestColdBucketsAreDecidedOnRedis: a bucket seen once is decided on Redis,
+// by one call, as in exact mode, and leases nothing; seen again in the
+// interval, it gets units at the next sync, and its requests are decided
+// here after that.
+func TestColdBucketsAreDecidedOnRedis(t *testing.T) {
+	r := newRemote()
+	s := newStore(t, r, time.Hour)
+	now := time.Now()
+	a := limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}
+	apply(t, s, now, a)
+	if r.applies.Load() != 1 || r.leases.Load() != 0 || s.Len() != 0 {
+		t.Fatalf("a bucket seen once: %d decisions and %d lease calls on Redis, %d entries; want 1, 0, 0",
+			r.applies.Load(), r.leases.Load(), s.Len())
+	}
+	apply(t, s, now, a)
+	if r.applies.Load() != 2 || s.Len() != 1 {
+		t.Fatalf("seen twice: %d decisions on Redis, %d entries; want 2, 1", r.applies.Load(), s.Len())
+	}
+	s.sync(context.Background(), now, false)
+	if leaseOf(s, "a") == 0 {
+		t.Fatal("a bucket seen twice in an interval leased nothing at the sync")
+	}
+	apply(t, s, now, a)
+	if r.applies.Load() != 2 {
+		t.Fatal("a request for a leased bucket was decided on Redis")
+	}
+	// Seen once two syncs ago and not since: forgotten, and cold again.
+	apply(t, s, now, limit.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})
+	s.sync(context.Background(), now, false)
+	s.sync(context.Background(), now, false)
+	apply(t, s, now, limit.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})
+	s.sync(context.Background(), now, false)
+	if leaseOf(s, "b") != 0 {
+		t.Fatal("a bucket seen once in three intervals was leased units")
 	}
 }
 
@@ -194,18 +288,19 @@ func TestSyncGivesBackWhatIsNotUsed(t *testing.T) {
 	for range 3 {
 		apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	}
+	settle(s) // the third asked for units
 	// Held while idle for fewer than idleHold intervals...
 	s.sync(context.Background(), now, false) // the interval with demand
 	for range idleHold - 1 {
 		s.sync(context.Background(), now, false)
 	}
-	if got := r.states["a"].Counter; got == 3 {
+	if got := r.state("a").Counter; got == 3 {
 		t.Fatal("gave everything back before the bucket was idle for idleHold intervals")
 	}
 	// ...then everything unused is back on "Redis", and the bucket dropped.
 	s.sync(context.Background(), now, false)
 	s.sync(context.Background(), now, false)
-	if got := r.states["a"].Counter; got != 3 {
+	if got := r.state("a").Counter; got != 3 {
 		t.Fatalf("Redis holds %d after the syncs, want the 3 admitted", got)
 	}
 	if s.Len() != 0 {
@@ -224,7 +319,7 @@ func TestCloseGivesEverythingBack(t *testing.T) {
 		apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
 	}
 	s.Close()
-	if got := r.states["a"].Counter; got != 4 {
+	if got := r.state("a").Counter; got != 4 {
 		t.Fatalf("Redis holds %d after Close, want the 4 admitted", got)
 	}
 }
@@ -248,13 +343,24 @@ func TestFullTableDecidesOnRedis(t *testing.T) {
 	}
 	defer s.Close()
 	now := time.Now()
-	apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
-	if r.applies.Load() != 0 {
+	a := limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}
+	b := limit.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1}
+	apply(t, s, now, a)
+	apply(t, s, now, a) // an entry for a: room for b's sighting, not for b's entry
+	apply(t, s, now, b)
+	apply(t, s, now, b)
+	s.sync(context.Background(), now, false)
+	applies := r.applies.Load()
+	apply(t, s, now, a)
+	if r.applies.Load() != applies {
 		t.Fatal("a bucket the table had room for was decided on Redis")
 	}
-	apply(t, s, now, limit.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})
-	if r.applies.Load() != 1 {
+	apply(t, s, now, b)
+	if r.applies.Load() != applies+1 {
 		t.Fatal("a bucket the table had no room for was not decided on Redis")
+	}
+	if s.Bytes() > 300 {
+		t.Fatalf("the table counts %d bytes, over its 300", s.Bytes())
 	}
 }
 
@@ -263,16 +369,17 @@ func TestFixedWindowLeaseEndsWithItsWindow(t *testing.T) {
 	s := newStore(t, r, time.Hour)
 	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Second}
 	t0 := time.UnixMicro(1_800_000_000_500_000) // half way through a window
-	apply(t, s, t0, limit.Bucket{Key: "w", Limit: l, Hits: 1})
-	held := s.shards[shardOf(s, "w")].m["w"].lease
-	if held == 0 {
-		t.Fatal("nothing leased")
-	}
-	// In the next window, the units of the last are no use: a new lease.
-	calls := r.leases.Load()
+	warm(t, s, t0, limit.Bucket{Key: "w", Limit: l, Hits: 1})
+	// In the next window, the units of the last are no use: decided on
+	// Redis, while more are asked for.
+	applies := r.applies.Load()
 	apply(t, s, t0.Add(time.Second), limit.Bucket{Key: "w", Limit: l, Hits: 1})
-	if r.leases.Load() == calls {
+	if r.applies.Load() == applies {
 		t.Fatal("used a lease of a window that had ended")
+	}
+	settle(s)
+	if r.leases.Load() != 2 {
+		t.Fatalf("%d lease calls, want the sync's and one for more units", r.leases.Load())
 	}
 }
 
@@ -298,39 +405,37 @@ func (r *slowRemote) LeaseAll(ctx context.Context, now time.Time, leases []redis
 	return r.remote.LeaseAll(ctx, now, leases)
 }
 
-// TestWaitsForAnotherRequestsCall sends, while one request's call for
-// bucket a is out, requests for a and b together: they wait for that call
-// and then ask for b, each once, and all are admitted.
-func TestWaitsForAnotherRequestsCall(t *testing.T) {
-	r := &slowRemote{remote: newRemote(), release: make(chan struct{})}
+// TestNoRequestWaitsForALeaseCall sends, while a sync's lease call for
+// bucket a is out (held), requests for a and b together: each is decided
+// at once, on Redis if it must.
+func TestNoRequestWaitsForALeaseCall(t *testing.T) {
+	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
 	now := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, 21)
-	wg.Go(func() {
-		res := make([]limit.Result, 1)
-		errs <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
-	})
-	for r.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	a := limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}
+	apply(t, s, now, a)
+	apply(t, s, now, a)
+	release := holdSync(r, s, now)
+	defer release()
+	done := make(chan error, 20)
 	for range 10 {
-		wg.Go(func() {
+		go func() {
 			res := make([]limit.Result, 2)
-			errs <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 0}, {Key: "b", Limit: tenPerSecond, Hits: 1}}, res)
-		})
-		wg.Go(func() {
+			done <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 0}, {Key: "b", Limit: tenPerSecond, Hits: 1}}, res)
+		}()
+		go func() {
 			res := make([]limit.Result, 2)
-			errs <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "b", Limit: tenPerSecond, Hits: 1}, {Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
-		})
+			done <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "b", Limit: tenPerSecond, Hits: 0}, {Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
+		}()
 	}
-	time.Sleep(20 * time.Millisecond)
-	close(r.release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
+	for range 20 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a request waited for a lease call")
 		}
 	}
 }
@@ -436,15 +541,17 @@ func TestStaleUnitsGoBackToTheirSubWindow(t *testing.T) {
 	l := limit.Limit{Algorithm: limit.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
 	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour)
 	b := limit.Bucket{Key: "w", Limit: l, Hits: 1}
+	warm(t, s, t0, b)
 	for i := range 3 {
 		// Each step, an hour and a minute on: the units of the step before
 		// expire, and one is admitted.
 		if _, ok := apply(t, s, t0.Add(time.Duration(i)*(time.Hour+time.Minute)), b); !ok {
 			t.Fatalf("request at t0+%dh rejected", i)
 		}
+		settle(s) // the call for more units a request short of them made
 	}
 	s.sync(context.Background(), t0.Add(2*(time.Hour+time.Minute)), false)
-	st := r.states["w"]
+	st := r.state("w")
 	back := (st.Timestamp - t0.Add(time.Hour).UnixMicro()) / time.Hour.Microseconds()
 	if back < 0 || back >= int64(len(st.Counts)) || st.Counts[back] < 1 {
 		t.Fatalf("Redis counts %v (newest first, newest at %v): the sub-window t0+1h, which admitted 1, counts less",
@@ -500,6 +607,7 @@ func TestUnitsGivenBackAreNotUsed(t *testing.T) {
 	l := limit.Limit{Size: 10, DripRate: 1000 * time.Hour, DripSize: 1}
 	now := time.Now()
 	admitted := int64(0)
+	warm(t, a, now, limit.Bucket{Key: "k", Limit: l, Hits: 5}) // the bucket's 10
 	if _, ok := apply(t, a, now, limit.Bucket{Key: "k", Limit: l, Hits: 5}); ok {
 		admitted += 5
 	}
@@ -552,8 +660,9 @@ func TestReloadDuringASync(t *testing.T) {
 			admitted += hits
 		}
 	}
+	warm(t, s, now, limit.Bucket{Key: "k", Limit: old, Hits: 10}) // holds 20
 	try(old, 10)
-	s.sync(context.Background(), now, false) // holds twice the 10 asked
+	s.sync(context.Background(), now, false) // gives back 10, asks for 20
 	try(old, 1)
 	release := holdSync(r, s, now) // gives back 19, asks for 2
 	applied := make(chan error, 1)
@@ -561,7 +670,7 @@ func TestReloadDuringASync(t *testing.T) {
 	go func() {
 		applied <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "k", Limit: reloaded, Hits: 1}}, res)
 	}()
-	time.Sleep(20 * time.Millisecond) // the request waits for the sync
+	time.Sleep(20 * time.Millisecond) // decided on Redis, under the new limit
 	release()
 	if err := <-applied; err != nil {
 		t.Fatal(err)
@@ -572,76 +681,69 @@ func TestReloadDuringASync(t *testing.T) {
 	for range 3 {
 		try(reloaded, 1)
 	}
+	settle(s)
 	s.sync(context.Background(), now, true) // gives everything back, as Close
-	if got := r.states["k"].Counter; got != admitted {
+	if got := r.state("k").Counter; got != admitted {
 		t.Fatalf("Redis charged %d once everything was given back, want the %d admitted", got, admitted)
 	}
 }
 
-// TestRedisDownIsAnErrorForEveryWaiter sends two requests for a bucket
-// without units while Redis is down: the second waits for the first's call
-// for more, which fails. Both needed Redis, so both must fail, for the
-// failure mode to decide, rather than one be rejected as over its limit.
-func TestRedisDownIsAnErrorForEveryWaiter(t *testing.T) {
+// TestRedisDownIsAnErrorForEveryRequest sends requests for a bucket
+// without units while Redis is down, one of them while a call for more
+// units is out: each needed Redis, so each must fail, for the failure mode
+// to decide, rather than be rejected as over its limit.
+func TestRedisDownIsAnErrorForEveryRequest(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
-	r.down.Store(true)
-	g := make(chan struct{})
-	r.gate.Store(&g)
 	now := time.Now()
 	b := []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 1}}
-	errs := make(chan error, 2)
-	go func() { errs <- s.Apply(context.Background(), now, b, make([]limit.Result, 1)) }()
-	for r.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	res := make([]limit.Result, 1)
-	go func() { errs <- s.Apply(context.Background(), now, b, res) }()
-	time.Sleep(20 * time.Millisecond) // the second waits for the first's call
-	r.gate.Store(nil)
-	close(g)
-	for range 2 {
-		if err := <-errs; err == nil {
-			t.Fatalf("a request that needed Redis while it was down got no error (admitted %v)", res[0].Admitted)
+	warm(t, s, now, b[0]) // holds 2
+	apply(t, s, now, b[0])
+	apply(t, s, now, b[0])
+	r.down.Store(true)
+	for i := range 3 {
+		res := make([]limit.Result, 1)
+		if err := s.Apply(context.Background(), now, b, res); err == nil {
+			t.Fatalf("request %d, which needed Redis while it was down, got no error (admitted %v)", i+1, res[0].Admitted)
 		}
 	}
 }
 
-// TestBurstOnANewBucket sends 20 requests at once for a new bucket of 100:
-// all but the first wait for its call for more, which brings too few for
-// them. Redis has room, and they ask for it: all are admitted, as exactly.
-func TestBurstOnANewBucket(t *testing.T) {
+// TestBurstOnALeasedBucket sends 20 requests at once for a bucket of 100
+// that holds 2 units: those the units do not cover are decided on Redis,
+// which has room: all are admitted, as exactly.
+func TestBurstOnALeasedBucket(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
-	g := make(chan struct{})
-	r.gate.Store(&g)
-	l := limit.Limit{Size: 100, DripRate: 1000 * time.Hour, DripSize: 1}
-	now := time.Now()
+	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: 1000 * time.Hour}
+	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
 	b := []limit.Bucket{{Key: "a", Limit: l, Hits: 1}}
+	warm(t, s, now, b[0])
+	g := make(chan struct{})
+	r.gate.Store(&g) // calls for more units are held
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
-	apply := func() {
-		res := make([]limit.Result, 1)
-		if err := s.Apply(context.Background(), now, b, res); err != nil {
-			t.Error(err)
-		}
-		if res[0].Admitted {
-			admitted.Add(1)
-		}
+	for range 20 {
+		wg.Go(func() {
+			res := make([]limit.Result, 1)
+			if err := s.Apply(context.Background(), now, b, res); err != nil {
+				t.Error(err)
+			}
+			if res[0].Admitted {
+				admitted.Add(1)
+			}
+		})
 	}
-	wg.Go(apply)
-	for r.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	for range 19 {
-		wg.Go(apply)
-	}
-	time.Sleep(20 * time.Millisecond) // they wait for the first's call
+	wg.Wait()
 	r.gate.Store(nil)
 	close(g)
-	wg.Wait()
+	settle(s)
 	if n := admitted.Load(); n != 20 {
-		t.Fatalf("admitted %d of 20 requests on a new bucket of 100", n)
+		t.Fatalf("admitted %d of 20 requests on a bucket of 100", n)
+	}
+	s.sync(context.Background(), now, true)
+	if got := r.state("a").Counter; got != 20 {
+		t.Fatalf("Redis counts %d once everything is given back, want the 20 admitted", got)
 	}
 }
 
@@ -704,7 +806,8 @@ func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Hour}
 	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour).Add(time.Minute)
 	next := t0.Add(time.Hour)
-	apply(t, s, t0, limit.Bucket{Key: "k", Limit: l, Hits: 10}) // holds 10 more
+	warm(t, s, t0, limit.Bucket{Key: "k", Limit: l, Hits: 10}) // holds 20
+	apply(t, s, t0, limit.Bucket{Key: "k", Limit: l, Hits: 10})
 	release := holdSync(r, s, t0.Add(58*time.Minute))
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -723,7 +826,7 @@ func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 	release()
 	wg.Wait()
 	s.sync(context.Background(), next, true) // gives everything back
-	st := r.states["k"]
+	st := r.state("k")
 	counted := st.Counter
 	if st.Timestamp != next.Truncate(time.Hour).UnixMicro() {
 		counted = 0
@@ -734,9 +837,9 @@ func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 }
 
 // TestFixedWindowLeaseOfTheNextWindowIsKept has a request made just before
-// a window's end get its units from a call Redis answered just after, in
-// the next window: they are that window's units, charged there, and must
-// not be thrown away as if their window had ended.
+// a window's end ask for units by a call Redis answers just after, in the
+// next window: they are that window's units, charged there, and must not
+// be thrown away as if their window had ended.
 func TestFixedWindowLeaseOfTheNextWindowIsKept(t *testing.T) {
 	r := &gatedRemote{remote: newRemote()}
 	s := newStore(t, r, time.Hour)
@@ -763,38 +866,52 @@ func TestFixedWindowLeaseOfTheNextWindowIsKept(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	for _, k := range []string{"other", "k", "k2"} {
+		warm(t, s, before, limit.Bucket{Key: k, Limit: l, Hits: 1})
+	}
+	for _, k := range []string{"other", "k", "k2"} {
+		for leaseOf(s, k) > 0 {
+			call(k, before)
+		}
+	}
 	// A call for another bucket is out: the next asks queue behind it, and
 	// go in one call, at the time of the last, after the window's end.
 	g := make(chan struct{})
 	r.gate.Store(&g)
-	var wg sync.WaitGroup
-	wg.Go(func() { call("other", before) })
+	call("other", before)
 	for r.calls.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	wg.Go(func() { call("k", before) })
+	call("k", before)
 	queued(1)
-	wg.Go(func() { call("k2", after) })
+	call("k2", after)
 	queued(2)
 	r.gate.Store(nil)
 	close(g)
-	wg.Wait()
+	settle(s)
+	if leaseOf(s, "k") == 0 {
+		t.Fatal("k holds nothing after its call for more units")
+	}
 	s.sync(context.Background(), after, true) // gives everything back
-	if st := r.states["k"]; st.Counter != 1 {
-		t.Fatalf("Redis counts %d for bucket k once everything is given back, want its 1 request: units were thrown away", st.Counter)
+	if st := r.state("k"); st.Timestamp == end.UnixMicro() && st.Counter != 0 {
+		t.Fatalf("Redis counts %d for bucket k in the window after, where it admitted none, once everything is given back: units were thrown away", st.Counter)
 	}
 }
 
-// answeredRemote holds the answer of its next lease call, once Redis has
-// run it, until release is closed.
+// answeredRemote holds the answer of its next lease call once armed, once
+// Redis has run it, until release is closed.
 type answeredRemote struct {
 	*remote
 	ran, release chan struct{}
+	armed        atomic.Bool // holds only once set
 	once         sync.Once
 }
 
 func (r *answeredRemote) LeaseAll(ctx context.Context, now time.Time, leases []redis.Lease) (int64, error) {
 	n, err := r.remote.LeaseAll(ctx, now, leases)
+	if !r.armed.Load() {
+		return n, err
+	}
 	r.once.Do(func() {
 		close(r.ran)
 		<-r.release
@@ -810,22 +927,21 @@ func TestResetDuringACall(t *testing.T) {
 	s := newStore(t, r, time.Hour)
 	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 10, Window: 1000 * time.Hour}
 	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
-	first := make(chan bool)
-	go func() {
-		_, ok := apply(t, s, now, limit.Bucket{Key: "k", Limit: l, Hits: 1})
-		first <- ok
-	}()
+	b := limit.Bucket{Key: "k", Limit: l, Hits: 1}
+	warm(t, s, now, b) // holds 2
+	apply(t, s, now, b)
+	apply(t, s, now, b)
+	r.armed.Store(true)
+	apply(t, s, now, b) // decided on Redis; asks for more
 	<-r.ran
 	if err := s.Reset(context.Background(), []string{"k"}); err != nil {
 		t.Fatal(err)
 	}
 	close(r.release)
+	settle(s)
 	admitted := 0
-	if <-first {
-		admitted++
-	}
 	for range 30 {
-		if _, ok := apply(t, s, now, limit.Bucket{Key: "k", Limit: l, Hits: 1}); ok {
+		if _, ok := apply(t, s, now, b); ok {
 			admitted++
 		}
 	}
