@@ -56,24 +56,6 @@ return {0}`)
 		}
 		return keys, reqs
 	}
-	decideArgs := func(reqs []scriptRequest) []string {
-		a := newScriptArgs(3 + 2*len(reqs) + 10*len(reqs))
-		a.now(-1)
-		a.int(0)
-		a.int(int64(len(reqs)))
-		for range reqs {
-			a.now(-1)
-			a.int(2)
-			for range 2 {
-				a.int(0)
-				a.int(l.Size)
-				a.int(l.DripRate.Microseconds())
-				a.int(l.DripSize)
-				a.int(1)
-			}
-		}
-		return a.strings()
-	}
 	cases := []struct {
 		name string
 		run  func() error
@@ -85,12 +67,12 @@ return {0}`)
 		}},
 		{"floor", func() error {
 			keys, reqs := next()
-			_, err := runScript(ctx, cs, &floor, keys, decideArgs(reqs))
+			_, err := runScript(ctx, cs, &floor, keys, decideArgs(-1, false, reqs, len(keys)))
 			return err
 		}},
 		{"empty", func() error {
 			keys, reqs := next()
-			_, err := runScript(ctx, cs, &empty, keys, decideArgs(reqs))
+			_, err := runScript(ctx, cs, &empty, keys, decideArgs(-1, false, reqs, len(keys)))
 			return err
 		}},
 		{"reference", func() error {
@@ -127,7 +109,7 @@ return {0}`)
 }
 
 // redisCPU returns the CPU time Redis has spent, from INFO cpu.
-func redisCPU(b *testing.B, c *goredis.Client) time.Duration {
+func redisCPU(b testing.TB, c *goredis.Client) time.Duration {
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)

@@ -64,36 +64,11 @@ type scriptRequest struct {
 // The states before the charge are asked for if the first request asks.
 func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs []scriptRequest) (int64, error) {
 	withBefore := reqs[0].before != nil
-	a := newScriptArgs(3 + 2*len(reqs) + 5*len(keys))
-	a.now(now)
 	fields := resultFields
 	if withBefore {
-		a.int(1)
 		fields = resultFields + 2
-	} else {
-		a.int(0)
 	}
-	a.int(int64(len(reqs)))
-	for _, r := range reqs {
-		a.now(r.at)
-		a.int(int64(len(r.buckets)))
-		for _, b := range r.buckets {
-			kind := 2 * int64(b.Limit.Algorithm)
-			if b.Shadow {
-				kind++
-			}
-			if b.Always {
-				kind += 6
-			}
-			a.int(kind)
-			p := params(b.Limit)
-			a.int(p[0])
-			a.int(p[1])
-			a.int(p[2])
-			a.int(b.Hits)
-		}
-	}
-	vals, err := runScript(ctx, c, &decideScript, keys, a.strings())
+	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, withBefore, reqs, len(keys)))
 	if err != nil {
 		return 0, err
 	}
@@ -118,6 +93,78 @@ func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs
 		}
 	}
 	return vals[0], nil
+}
+
+// decideArgs returns the arguments of decide.lua for requests of n
+// buckets in all.
+func decideArgs(now int64, withBefore bool, reqs []scriptRequest, n int) []string {
+	// Room for a limit per bucket at most.
+	a := newScriptArgs(4 + 2*len(reqs) + 2*n + 4*min(n, maxLimitSearch))
+	a.now(now)
+	if withBefore {
+		a.int(1)
+	} else {
+		a.int(0)
+	}
+	a.int(int64(len(reqs)))
+	limits := make([]scriptLimit, 0, 8)
+	for _, r := range reqs {
+		a.now(r.at)
+		a.int(int64(len(r.buckets)))
+		for _, b := range r.buckets {
+			l := scriptLimitOf(b)
+			i := findLimit(limits, l)
+			if i < 0 {
+				i = len(limits)
+				limits = append(limits, l)
+			}
+			a.int(int64(i + 1))
+			a.int(b.Hits)
+		}
+	}
+	for _, l := range limits {
+		a.int(l.kind)
+		a.int(l.p[0])
+		a.int(l.p[1])
+		a.int(l.p[2])
+	}
+	a.int(int64(len(limits)))
+	return a.strings()
+}
+
+// scriptLimit is a limit as decide.lua takes it: kind (algorithm*2 +
+// shadow, plus 6 for a bucket that charges always) and three parameters.
+// A call sends each distinct limit once, and a bucket names it by its
+// index (from 1).
+type scriptLimit struct {
+	kind int64
+	p    [3]int64
+}
+
+// maxLimitSearch bounds the limits a bucket's is looked for among: a call
+// of many distinct limits sends some twice rather than search them all.
+const maxLimitSearch = 16
+
+// scriptLimitOf returns b's limit as decide.lua takes it.
+func scriptLimitOf(b limit.Bucket) scriptLimit {
+	kind := 2 * int64(b.Limit.Algorithm)
+	if b.Shadow {
+		kind++
+	}
+	if b.Always {
+		kind += 6
+	}
+	return scriptLimit{kind: kind, p: params(b.Limit)}
+}
+
+// findLimit returns the index of l in limits, or -1.
+func findLimit(limits []scriptLimit, l scriptLimit) int {
+	for i := len(limits) - 1; i >= max(0, len(limits)-maxLimitSearch); i-- {
+		if limits[i] == l {
+			return i
+		}
+	}
+	return -1
 }
 
 // params returns the three parameters decide.lua takes for a limit: size,
