@@ -88,7 +88,8 @@ func TestLoadTextAndTSV(t *testing.T) {
 		t.Fatalf("tsv has %d lines, want 2:\n%s", len(lines), stdout.String())
 	}
 	head, vals := strings.Split(lines[0], "\t"), strings.Split(lines[1], "\t")
-	if len(head) != len(vals) || head[0] != "requests" || head[11] != "errors" || head[12] != "sent" || head[13] != "cpu_us_per_call" {
+	if len(head) != len(vals) || head[0] != "requests" || head[11] != "errors" || head[12] != "sent" || head[13] != "cpu_us_per_call" ||
+		head[14] != "pick" || vals[14] != "uniform" {
 		t.Fatalf("tsv header %q values %q", head, vals)
 	}
 	n, err := strconv.Atoi(vals[0])
@@ -102,7 +103,7 @@ func TestLoadTextAndTSV(t *testing.T) {
 	if code := run([]string{"load", "-addr", addr, "-n", "100", "-warmup", "0"}, &stdout, &stderr); code != exitOK {
 		t.Fatalf("text: exit %d: %s", code, stderr.String())
 	}
-	for _, want := range []string{"requests  100 in", "req/s", "p99.9", "OK 100", "errors    none"} {
+	for _, want := range []string{"requests  100 in", "req/s", "p99.9", "OK 100", "errors    none", "keys 10000  pick uniform  c 64"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, stdout.String())
 		}
@@ -120,6 +121,7 @@ type oddServer struct {
 	ndesc   map[int]int // descriptors per request -> requests
 	entries map[string]int
 	hits    map[uint32]int
+	indexes map[int]int // key index -> requests
 	peers   map[string]bool
 	bad     []string
 }
@@ -149,6 +151,7 @@ func (s *oddServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReq
 		}
 		s.entries[strings.Join(keys, ",")]++
 	}
+	s.indexes[idx]++
 	code := rlsv3.RateLimitResponse_OK
 	if idx%2 == 1 {
 		code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -164,7 +167,7 @@ func startOddServer(t *testing.T) (*oddServer, string) {
 	}
 	srv := grpc.NewServer()
 	s := &oddServer{domains: map[string]int{}, ndesc: map[int]int{}, entries: map[string]int{},
-		hits: map[uint32]int{}, peers: map[string]bool{}}
+		hits: map[uint32]int{}, indexes: map[int]int{}, peers: map[string]bool{}}
 	rlsv3.RegisterRateLimitServiceServer(srv, s)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
@@ -252,6 +255,15 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"load", "-nope"}, exitUsage, "flag provided but not defined"},
 		{[]string{"load", "-c", "x"}, exitUsage, "invalid value"},
 		{[]string{"load", "-format", "xml"}, exitUsage, "-format"},
+		{[]string{"load", "-pick", "random"}, exitUsage, `-pick must be uniform, turn or zipf, got "random"`},
+		{[]string{"load", "-pick", "zipf", "-zipf-s", "1"}, exitUsage, "-zipf-s must be greater than 1, got 1"},
+		{[]string{"load", "-pick", "zipf", "-zipf-s", "0.5"}, exitUsage, "-zipf-s must be greater than 1, got 0.5"},
+		{[]string{"load", "-pick", "zipf", "-zipf-s", "NaN"}, exitUsage, "-zipf-s must be greater than 1, got NaN"},
+		{[]string{"load", "-pick", "zipf", "-zipf-s", "+Inf"}, exitUsage, "-zipf-s must be finite, got +Inf"},
+		{[]string{"load", "-pick", "turn", "-zipf-s", "2"}, exitUsage, "-zipf-s is the exponent of -pick zipf; it makes no sense with -pick turn"},
+		// Given, even at its default value, -zipf-s asks for zipf.
+		{[]string{"load", "-zipf-s", "1.1"}, exitUsage, "makes no sense with -pick uniform"},
+		{[]string{"help"}, exitOK, "-zipf-s"},
 		{[]string{"null", "extra"}, exitUsage, "unexpected argument"},
 	} {
 		var stdout, stderr strings.Builder

@@ -105,6 +105,7 @@ type jsonReport struct {
 	Errors     map[string]int64 `json:"errors"`
 	Sent       int64            `json:"sent"`
 	CPUus      float64          `json:"cpu_us_per_call"` // the load tool's own CPU per call sent
+	Pick       string           `json:"pick"`            // how keys were picked: uniform, turn or zipf1.1 (with its exponent)
 	FirstError string           `json:"first_error,omitempty"`
 }
 
@@ -137,16 +138,19 @@ func (r *result) report() jsonReport {
 }
 
 func writeReport(w io.Writer, cfg loadConfig, r *result) error {
+	j := r.report()
+	j.Pick = cfg.pick.String()
 	switch cfg.format {
 	case "json":
-		return json.NewEncoder(w).Encode(r.report())
+		return json.NewEncoder(w).Encode(j)
 	case "tsv":
-		j := r.report()
+		// New columns go at the end, so that a reader that counts columns
+		// rather than reading the header still finds the old ones.
 		_, err := fmt.Fprintf(w,
-			"requests\tseconds\trps\tp50_us\tp90_us\tp99_us\tp999_us\tmax_us\tok\tover_limit\tunknown\terrors\tsent\tcpu_us_per_call\n"+
-				"%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%.1f\n",
+			"requests\tseconds\trps\tp50_us\tp90_us\tp99_us\tp999_us\tmax_us\tok\tover_limit\tunknown\terrors\tsent\tcpu_us_per_call\tpick\n"+
+				"%d\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\n",
 			j.Requests, j.Seconds, j.RPS, j.P50us, j.P90us, j.P99us, j.P999us, j.MaxUs,
-			j.OK, j.OverLimit, j.Unknown, r.errorCount(), j.Sent, j.CPUus)
+			j.OK, j.OverLimit, j.Unknown, r.errorCount(), j.Sent, j.CPUus, j.Pick)
 		return err
 	default:
 		return writeText(w, cfg, r)
@@ -155,8 +159,8 @@ func writeReport(w io.Writer, cfg loadConfig, r *result) error {
 
 func writeText(w io.Writer, cfg loadConfig, r *result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "target\t%s  domain %s  descriptors %d  keys %d  c %d  conns %d\n",
-		cfg.addr, cfg.domain, len(cfg.patterns), cfg.keys, cfg.workers, cfg.conns)
+	fmt.Fprintf(tw, "target\t%s  domain %s  descriptors %d  keys %d  pick %s  c %d  conns %d\n",
+		cfg.addr, cfg.domain, len(cfg.patterns), cfg.keys, cfg.pick, cfg.workers, cfg.conns)
 	fmt.Fprintf(tw, "requests\t%d in %.2fs = %.0f req/s\n", r.requests, r.elapsed.Seconds(), r.rps())
 	var lat []string
 	for _, q := range quantiles {
