@@ -6,6 +6,7 @@
 //	rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once: the gRPC ceiling
 //	rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC, count their spans, keep none
 //	rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency
+//	rls-bench bars -in TSV [-o SVG] draw req/s per workload and target as bars
 //	rls-bench help                  print usage
 package main
 
@@ -53,6 +54,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return runOTLP(ctx, args, stdout, stderr)
 	case "plot":
 		return runPlot(args, stdout, stderr)
+	case "bars":
+		return runBars(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -69,6 +72,7 @@ func usage(w io.Writer) {
   rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once (the gRPC-only ceiling)
   rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC and count their spans (to measure tracing)
   rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency, from load runs (scripts/plot-concurrency.sh)
+  rls-bench bars -in TSV [-o SVG] draw the median req/s of each target on each workload as bars (scripts/bench.sh's runs)
   rls-bench help                  print this text
 
 Flags of load:

@@ -29,28 +29,12 @@ type series struct {
 // target, c, rps and p99_us (what "load -format tsv" prints, with target
 // and c in front): one series per target, in the order they first appear.
 func readRuns(r io.Reader) ([]series, error) {
-	data, err := io.ReadAll(r)
+	col, rows, err := readTable(r, "target", "c", "rps", "p99_us")
 	if err != nil {
 		return nil, err
 	}
-	var rows [][]string // no quoting: fields hold no tabs or newlines
-	for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
-		rows = append(rows, strings.Split(strings.TrimSuffix(line, "\r"), "\t"))
-	}
-	if len(rows) < 2 {
-		return nil, errors.New("no runs: want a header row and a row per run")
-	}
-	col := map[string]int{}
-	for i, name := range rows[0] {
-		col[name] = i
-	}
-	for _, name := range []string{"target", "c", "rps", "p99_us"} {
-		if _, ok := col[name]; !ok {
-			return nil, fmt.Errorf("the header has no %s column: %q", name, rows[0])
-		}
-	}
 	var out []series
-	for n, row := range rows[1:] {
+	for n, row := range rows {
 		field := func(name string) string {
 			if i := col[name]; i < len(row) {
 				return row[i]
@@ -94,7 +78,7 @@ const (
 	pointRadius, lineWidth = 3, 2
 )
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"}
+var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf"}
 
 // writeSVG draws throughput and p99 against concurrency, side by side,
 // one line per series; the concurrency axis is logarithmic.
