@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # Measures envoy-rls against the ceiling gRPC alone allows on this machine,
-# in one run: it starts Redis, rls-bench's null server and envoy-rls (memory
-# store; Redis store batched, local-first and unbatched), drives each with the same load,
-# counts Redis commands per request and Redis memory per bucket, and prints
-# a table with ratios to the null ceiling. See docs/performance.md.
+# in one run, under several traffic shapes ("workloads"): it starts Redis
+# and rls-bench's null server, then for each workload envoy-rls (memory
+# store; Redis store; local-first at each sync interval) and the reference
+# if asked, drives each with the same load, counts Redis commands per
+# request and Redis memory per bucket, stops them and empties Redis; it
+# prints a table per workload with ratios to the null ceiling and to the
+# memory store. See docs/performance.md.
 #
 # Needs Linux (/proc, for the CPU each process spends), go, redis-server and
 # redis-cli. Settings (environment):
+#   BENCH_WORKLOADS ('turn:10000 turn:1000000 zipf1.1:1000000'): PICK[:KEYS]
+#     each, PICK uniform, turn or zipfS (S the Zipf exponent, above 1), as
+#     rls-bench load's -pick; KEYS BENCH_KEYS (10000) when left out
 #   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
-#   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)  BENCH_KEYS (10000)
+#   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
-#   BENCH_SYNC_INTERVAL (1s: the redis-local target's -sync-interval)
-#   BENCH_TARGETS ('null memory redis redis-local redis-unbatched', and reference when
-#   BENCH_PEER names an envoyproxy/ratelimit binary: docs/performance.md says
-#   how to build one; redis-pipelined, a script call per request in
-#   pipelines, on request)
+#   BENCH_SYNC_INTERVALS ('100ms 1s': a local-first target local-X, with
+#     -sync-interval X, for each)
+#   BENCH_TARGETS ('null memory redis' and the local-X targets, and
+#     reference when BENCH_PEER names an envoyproxy/ratelimit binary:
+#     docs/performance.md says how to build one). On request: local-X for
+#     any interval X; redis-unbatched (batching and pipelining off);
+#     redis-pipelined (a script call per request, in pipelines); redis-local
+#     (local-first at BENCH_SYNC_INTERVAL, 1s)
+#   BENCH_KEEP (a file to copy the per-run figures to, runs.tsv; also keeps
+#     the logs)  BENCH_PLOT (an SVG file to draw req/s per workload and
+#     target in, with rls-bench bars)
 # Targets run in turn within each round, so that a slower spell of a shared
 # machine touches them all; the table shows each figure's median over rounds,
-# and each ratio to the null ceiling is the median of the ratios of a round.
+# and each ratio is the median of the ratios of a round.
 set -euo pipefail
 
 duration=${BENCH_DURATION:-10s}
@@ -28,79 +40,137 @@ conns=${BENCH_CONNS:-4}
 keys=${BENCH_KEYS:-10000}
 descriptor=${BENCH_DESCRIPTOR:-'user=u%d,action=a%d'}
 peer=${BENCH_PEER:-}
+workloads=${BENCH_WORKLOADS:-turn:10000 turn:1000000 zipf1.1:1000000}
 sync_interval=${BENCH_SYNC_INTERVAL:-1s}
-default_targets="null memory redis redis-local redis-unbatched"
+sync_intervals=${BENCH_SYNC_INTERVALS:-100ms 1s}
+default_targets="null memory redis"
+for iv in $sync_intervals; do default_targets+=" local-$iv"; done
 if [[ -n $peer ]]; then default_targets+=" reference"; fi
 targets=${BENCH_TARGETS:-$default_targets}
+keep=${BENCH_KEEP:-}
+plot=${BENCH_PLOT:-}
+# Files named relative to where the script is run from.
+if [[ -n $keep && $keep != /* ]]; then keep=$PWD/$keep; fi
+if [[ -n $plot && $plot != /* ]]; then plot=$PWD/$plot; fi
 
 cd "$(dirname "$0")/.."
-for tool in go redis-server redis-cli; do
-	command -v "$tool" >/dev/null || { echo "bench: $tool is not on PATH" >&2; exit 1; }
-done
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	if [[ -n ${BENCH_KEEP:-} ]]; then echo "bench: logs in $work" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
 
 log() { echo "bench: $*" >&2; }
 
-# free_port prints a loopback port nothing listens on.
+for tool in go redis-server redis-cli; do
+	command -v "$tool" >/dev/null || { log "$tool is not on PATH"; exit 1; }
+done
+for t in $targets; do
+	case $t in
+	null | memory | redis | redis-unbatched | redis-pipelined | redis-local | local-?*) ;;
+	reference) [[ -x $peer ]] || { log "target reference: BENCH_PEER=$peer is not an executable"; exit 1; } ;;
+	*) log "unknown target $t"; exit 1 ;;
+	esac
+done
+
+# parse_workload SPEC sets wl (the workload's name, PICK:KEYS), wl_keys
+# and wl_flags (rls-bench load's flags for its pick), or fails.
+parse_workload() {
+	local spec=$1 pick s
+	pick=${spec%%:*}
+	wl_keys=$keys
+	if [[ $spec == *:* ]]; then wl_keys=${spec#*:}; fi
+	[[ $wl_keys =~ ^[1-9][0-9]*$ ]] || { log "workload $spec: KEYS must be a whole number above 0"; exit 1; }
+	case $pick in
+	uniform | turn) wl_flags=(-pick "$pick") ;;
+	zipf*)
+		s=${pick#zipf}
+		if ! [[ $s =~ ^[0-9]*\.?[0-9]+$ ]] || ! awk -v s="$s" 'BEGIN { exit !(s + 0 > 1) }'; then
+			log "workload $spec: the Zipf exponent must be a number above 1, as in zipf1.1"
+			exit 1
+		fi
+		wl_flags=(-pick zipf -zipf-s "$s")
+		;;
+	*) log "workload $spec: want PICK[:KEYS], PICK uniform, turn or zipfS (zipf1.1)"; exit 1 ;;
+	esac
+	wl=$pick:$wl_keys
+}
+seen=" "
+for spec in $workloads; do
+	parse_workload "$spec"
+	[[ $seen != *" $wl "* ]] || { log "workload $wl is listed twice"; exit 1; }
+	seen+="$wl "
+done
+[[ $seen != " " ]] || { log "BENCH_WORKLOADS is empty"; exit 1; }
+
+work=$(mktemp -d)
+redis_pid=""
+declare -A addr pid
+cleanup() {
+	for p in "${pid[@]}" $redis_pid; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	if [[ -n $keep ]]; then log "logs in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+# free_port VAR sets VAR to a loopback port nothing listens on, below the
+# range the kernel takes the ports of outgoing connections from (a port
+# there may be bound by a connection though nothing listens on it), and
+# not given before.
+read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range
+port_span=$((ephemeral > 12000 ? ephemeral - 10000 : 20000))
+declare -A ports_given
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 30000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
+		p=$((10000 + RANDOM % port_span))
+		if [[ -z ${ports_given[$p]:-} ]] && ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			ports_given[$p]=1
+			printf -v "$1" %d "$p"
 			return
 		fi
 	done
 }
 
-# wait_for runs its arguments until they succeed, for up to 10 s.
+# wait_for PID COMMAND... runs COMMAND until it succeeds, for up to 10 s,
+# and fails at once if process PID has exited.
 wait_for() {
+	local p=$1
+	shift
 	for _ in $(seq 100); do
 		if "$@" >/dev/null 2>&1; then return 0; fi
+		kill -0 "$p" 2>/dev/null || { log "exited before it was ready: process $p, waiting for: $*"; return 1; }
 		sleep 0.1
 	done
 	log "gave up waiting for: $*"
-	exit 1
+	return 1
 }
 
 log "building"
 go build -o "$work/envoy-rls" ./cmd/envoy-rls
 go build -o "$work/rls-bench" ./cmd/rls-bench
 
-redis_port=$(free_port)
+free_port redis_port
 redis-server --bind 127.0.0.1 --port "$redis_port" --save '' --appendonly no >"$work/redis.log" 2>&1 &
-pids+=($!)
 redis_pid=$!
 rcli() { redis-cli -p "$redis_port" "$@"; }
-wait_for rcli ping
+wait_for "$redis_pid" rcli ping || exit 1
 redis_version=$(rcli info server | tr -d '\r' | awk -F: '$1 == "redis_version" {print $2}')
+used_memory() { rcli info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
 
-declare -A addr pid
 "$work/rls-bench" null -listen 127.0.0.1:0 >"$work/null.out" 2>&1 &
-pids+=($!)
 pid[null]=$!
-wait_for grep -q "listening on" "$work/null.out"
+wait_for "${pid[null]}" grep -q "listening on" "$work/null.out" || exit 1
 addr[null]=$(awk '/listening on/ {print $3}' "$work/null.out")
 
 # start_rls NAME FLAGS... starts envoy-rls and waits until it serves.
 start_rls() {
 	local name=$1 grpc http
 	shift
-	grpc=$(free_port)
-	http=$(free_port)
+	free_port grpc
+	free_port http
 	"$work/envoy-rls" -config scripts/bench.yaml -grpc-addr "127.0.0.1:$grpc" -http-addr "127.0.0.1:$http" -admin-addr "" \
-		-watch-config=false "$@" >"$work/$name.log" 2>&1 &
-	pids+=($!)
+		-watch-config=false "$@" >"$work/$wl_n-$name.log" 2>&1 &
 	pid[$name]=$!
-	wait_for "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc"
+	if ! wait_for "${pid[$name]}" "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc"; then
+		tail -n 5 "$work/$wl_n-$name.log" >&2
+		exit 1
+	fi
 	addr[$name]=127.0.0.1:$grpc
 }
 # start_reference starts envoyproxy/ratelimit ($peer), set by its
@@ -108,42 +178,93 @@ start_rls() {
 # its own, and waits until it serves.
 start_reference() {
 	local grpc http debug
-	[[ -x $peer ]] || { log "BENCH_PEER=$peer is not an executable"; exit 1; }
-	grpc=$(free_port)
-	http=$(free_port)
-	debug=$(free_port)
+	free_port grpc
+	free_port http
+	free_port debug
 	mkdir -p "$work/runtime/ratelimit/config"
 	cp scripts/bench-reference.yaml "$work/runtime/ratelimit/config/bench.yaml"
 	env -i PATH="$PATH" HOST=127.0.0.1 PORT="$http" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug" \
 		LOG_LEVEL=error USE_STATSD=false REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" CACHE_KEY_PREFIX=ref: \
 		RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
-		"$peer" >"$work/reference.log" 2>&1 &
-	pids+=($!)
+		"$peer" >"$work/$wl_n-reference.log" 2>&1 &
 	pid[reference]=$!
-	wait_for "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc" -service ratelimit
+	if ! wait_for "${pid[reference]}" "$work/envoy-rls" healthcheck -grpc-addr "127.0.0.1:$grpc" -service ratelimit; then
+		tail -n 5 "$work/$wl_n-reference.log" >&2
+		exit 1
+	fi
 	addr[reference]=127.0.0.1:$grpc
 }
 redis_url=redis://127.0.0.1:$redis_port/0
-for t in $targets; do
-	case $t in
-	null) ;;
-	memory) start_rls memory ;;
-	redis) start_rls redis -store redis -redis-url "$redis_url" ;;
-	redis-unbatched) start_rls redis-unbatched -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
-	redis-local) start_rls redis-local -store redis -redis-url "$redis_url" -sync-interval "$sync_interval" -redis-key-prefix rlsl: ;;
-	redis-pipelined) start_rls redis-pipelined -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-key-prefix rlsp: ;;
-	reference) start_reference ;;
-	*) log "unknown target $t"; exit 1 ;;
-	esac
-done
-used_before=$(rcli info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}')
+# start_targets starts every target but the null server, which stays up.
+start_targets() {
+	local t
+	for t in $targets; do
+		case $t in
+		null) ;;
+		memory) start_rls memory ;;
+		redis) start_rls redis -store redis -redis-url "$redis_url" ;;
+		redis-unbatched) start_rls "$t" -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
+		redis-pipelined) start_rls "$t" -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-key-prefix rlsp: ;;
+		redis-local) start_rls "$t" -store redis -redis-url "$redis_url" -sync-interval "$sync_interval" -redis-key-prefix rlsl: ;;
+		local-*) start_rls "$t" -store redis -redis-url "$redis_url" -sync-interval "${t#local-}" -redis-key-prefix "rlsl${t#local-}:" ;;
+		reference) start_reference ;;
+		esac
+	done
+}
+# stop_targets stops them all and waits until they have exited (local-first
+# gives its leases back to Redis on the way out).
+stop_targets() {
+	local t
+	for t in $targets; do
+		if [[ $t != null ]]; then kill "${pid[$t]}" 2>/dev/null || true; fi
+	done
+	for t in $targets; do
+		if [[ $t != null ]]; then
+			wait "${pid[$t]}" 2>/dev/null || true
+			unset "pid[$t]"
+		fi
+	done
+}
+# uses_redis TARGET succeeds for the targets that keep their buckets in Redis.
+uses_redis() { [[ $1 == redis* || $1 == local-* || $1 == reference ]]; }
 
-# top_commands prints the calls Redis has counted of the commands a client
-# sent: all but those only the scripts call, and INFO (this script's own).
-top_commands() {
+# commands prints three counts of the calls Redis has run: the commands
+# clients sent (all but those only the scripts call, and INFO, this
+# script's own); all of them but INFO, the scripts' own calls included;
+# and all but INFO and PING (which clients send while idle).
+commands() {
 	rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '
-		/^cmdstat_/ { name = substr($1, 9); if (name !~ /^(get|set|del|time|info)$/) n += $3 }
-		END { print n + 0 }'
+		/^cmdstat_/ {
+			name = substr($1, 9)
+			if (name == "info") next
+			all += $3
+			if (name !~ /^(get|set|del|time)$/) sent += $3
+			if (name != "ping") busy += $3
+		}
+		END { print sent + 0, all + 0, busy + 0 }'
+}
+# settle INTERVAL waits until Redis has run no command but PING for six
+# of a local-first target's sync intervals, and 2 s at least (up to a
+# minute): the target goes on syncing after its run, giving back what it
+# holds once its buckets have been idle for four intervals, and these calls
+# would otherwise count in the next target's run.
+settle() {
+	local quiet_ms last now waited=0 since=0
+	quiet_ms=$(awk -v d="$1" 'BEGIN {
+		u = d; sub(/^[0-9.]+/, "", u); n = substr(d, 1, length(d) - length(u)) + 0
+		ms = u == "ms" ? n : u == "s" ? n * 1000 : u == "m" ? n * 60000 : u == "h" ? n * 3600000 : 0
+		printf "%d", (ms * 6 > 2000 ? ms * 6 : 2000) }')
+	read -r _ _ last < <(commands)
+	while ((since < quiet_ms)); do
+		if ((waited >= 60000 && waited >= 2 * quiet_ms)); then
+			log "Redis still busy $((waited / 1000)) s after a run"
+			return
+		fi
+		sleep 0.25
+		waited=$((waited + 250)) since=$((since + 250))
+		read -r _ _ now < <(commands)
+		if [[ $now != "$last" ]]; then since=0 last=$now; fi
+	done
 }
 
 # cpu_us PID prints the CPU time, user and system, a process has used (µs).
@@ -154,90 +275,125 @@ cpu_us() { awk -v hz="$hz" '{ printf "%d", ($14 + $15) * 1000000 / hz }' "/proc/
 field() {
 	awk -F'\t' -v name="$1" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i } NR == 2 { print $col[name] }' "$2"
 }
+# per TARGET N SENT prints N per request, or - for targets without Redis.
+per() {
+	if uses_redis "$1"; then awk -v d="$2" -v n="$3" 'BEGIN { printf "%.3f", d / n }'; else echo -; fi
+}
 
-echo -e "target\tround\trps\tp50_us\tp99_us\terrors\tover_limit\tcmds_per_req\tload_cpu\tserver_cpu\tredis_cpu" >"$work/runs.tsv"
-for round in $(seq "$rounds"); do
-	for t in $targets; do
-		before=$(top_commands)
-		server0=$(cpu_us "${pid[$t]}")
-		redis0=$(cpu_us "$redis_pid")
-		"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$warmup" \
-			-c "$concurrency" -conns "$conns" -keys "$keys" -descriptor "$descriptor" -format tsv >"$work/out.tsv"
-		server1=$(cpu_us "${pid[$t]}")
-		redis1=$(cpu_us "$redis_pid")
-		after=$(top_commands)
-		sent=$(field sent "$work/out.tsv")
-		per="-"
-		if [[ $t == redis* || $t == reference ]]; then
-			per=$(awk -v d=$((after - before)) -v n="$sent" 'BEGIN { printf "%.3f", d / n }')
-		fi
-		server_cpu=$(awk -v d=$((server1 - server0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
-		redis_cpu=$(awk -v d=$((redis1 - redis0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
-		row="$t\t$round\t$(field rps "$work/out.tsv")\t$(field p50_us "$work/out.tsv")\t$(field p99_us "$work/out.tsv")"
-		row+="\t$(field errors "$work/out.tsv")\t$(field over_limit "$work/out.tsv")\t$per"
-		row+="\t$(field cpu_us_per_call "$work/out.tsv")\t$server_cpu\t$redis_cpu"
-		echo -e "$row" >>"$work/runs.tsv"
-		log "round $round/$rounds $t: $(field rps "$work/out.tsv") req/s, p99 $(field p99_us "$work/out.tsv") µs"
+declare -A memory_line
+echo -e "workload\ttarget\tround\trps\tp50_us\tp99_us\terrors\tover_limit\tcmds_per_req\tall_cmds_per_req\tload_cpu\tserver_cpu\tredis_cpu" >"$work/runs.tsv"
+wl_n=0
+for spec in $workloads; do
+	parse_workload "$spec"
+	wl_n=$((wl_n + 1))
+	log "workload $wl: starting the targets"
+	start_targets
+	used_before=$(used_memory)
+	for round in $(seq "$rounds"); do
+		for t in $targets; do
+			read -r sent0 all0 _ < <(commands)
+			server0=$(cpu_us "${pid[$t]}")
+			redis0=$(cpu_us "$redis_pid")
+			"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$warmup" \
+				-c "$concurrency" -conns "$conns" -keys "$wl_keys" "${wl_flags[@]}" -descriptor "$descriptor" \
+				-format tsv >"$work/out.tsv"
+			server1=$(cpu_us "${pid[$t]}")
+			redis1=$(cpu_us "$redis_pid")
+			read -r sent1 all1 _ < <(commands)
+			sent=$(field sent "$work/out.tsv")
+			server_cpu=$(awk -v d=$((server1 - server0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
+			redis_cpu=$(awk -v d=$((redis1 - redis0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')
+			row="$wl\t$t\t$round\t$(field rps "$work/out.tsv")\t$(field p50_us "$work/out.tsv")\t$(field p99_us "$work/out.tsv")"
+			row+="\t$(field errors "$work/out.tsv")\t$(field over_limit "$work/out.tsv")"
+			row+="\t$(per "$t" $((sent1 - sent0)) "$sent")\t$(per "$t" $((all1 - all0)) "$sent")"
+			row+="\t$(field cpu_us_per_call "$work/out.tsv")\t$server_cpu\t$redis_cpu"
+			echo -e "$row" >>"$work/runs.tsv"
+			log "$wl round $round/$rounds $t: $(field rps "$work/out.tsv") req/s, p99 $(field p99_us "$work/out.tsv") µs"
+			case $t in
+			local-*) settle "${t#local-}" ;;
+			redis-local) settle "$sync_interval" ;;
+			esac
+		done
 	done
-done
 
-# Redis memory per bucket: MEMORY USAGE of a sample of the keys, and the
-# growth of used_memory (which adds Redis's hash tables and expiry index).
-buckets=$(rcli dbsize)
-used_after=$(rcli info memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}')
-sample=0
-usage=0
-if [[ $buckets -gt 0 ]]; then
-	read -r sample usage < <(rcli --scan | head -n 2000 |
-		awk '{ printf "MEMORY USAGE \"%s\"\n", $0 }' | rcli | awk '{ n++; s += $1 } END { printf "%d %.1f\n", n, s / n }')
-fi
+	# Redis memory per bucket, of this workload's keys: MEMORY USAGE of a
+	# sample of the keys, and the growth of used_memory (which adds Redis's
+	# hash tables and expiry index).
+	buckets=$(rcli dbsize)
+	used_after=$(used_memory)
+	memory_line[$wl]="Redis memory per bucket, of this workload's keys before emptying Redis: none (no key)"
+	if [[ $buckets -gt 0 ]]; then
+		read -r sample usage < <(rcli --scan | head -n 2000 |
+			awk '{ printf "MEMORY USAGE \"%s\"\n", $0 }' | rcli | awk '{ n++; s += $1 } END { printf "%d %.1f\n", n, s / n }')
+		memory_line[$wl]="Redis memory per bucket, of this workload's keys before emptying Redis: $usage bytes (MEMORY USAGE, mean of $sample keys);"
+		memory_line[$wl]+=" $(((used_after - used_before) / buckets)) bytes of used_memory growth per key ($buckets keys)"
+	fi
+	log "workload $wl: stopping the targets, emptying Redis"
+	stop_targets
+	rcli flushall >/dev/null
+done
 
 echo
 echo "envoy-rls benchmark: $(nproc) CPUs, Redis $redis_version; c=$concurrency over $conns connections," \
-	"$keys keys, descriptor $descriptor; $rounds rounds of $duration (after $warmup warmup); medians"
-echo
-awk -F'\t' -v targets="$targets" '
-	function median(list, n,   i, j, t, a) {
-		split(list, a, " ")
-		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-	}
-	NR > 1 {
-		k = $1; n[k]++
-		rps[k] = rps[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5
-		r_rps[k, $2] = $3; r_p99[k, $2] = $5; rounds[$2] = 1
-		err[k] += $6; over[k] += $7
-		if ($8 != "-") cmds[k] = cmds[k] " " $8
-		lc[k] = lc[k] " " $9; sc[k] = sc[k] " " $10; rc[k] = rc[k] " " $11
-	}
-	END {
-		printf "%-16s %9s %8s %9s %9s %8s %7s %10s   %s\n", "target", "req/s", "vs null", "p50 ms", "p99 ms", "p99/null", "errors", "cmds/req", "CPU µs/req: load server redis"
-		nt = split(targets, ts, " ")
-		for (i = 1; i <= nt; i++) {
-			k = ts[i]
-			r = median(rps[k], n[k]); q50 = median(p50[k], n[k]); q99 = median(p99[k], n[k])
-			c = (k in cmds) ? sprintf("%.3f", median(cmds[k], n[k])) : "-"
-			# Ratios to the null server of the same round, then their median.
-			vs = "-"; v99 = "-"
-			if ("null" in n) {
-				ratios = ""; ratios99 = ""; m = 0
-				for (rd in rounds) {
-					ratios = ratios " " r_rps[k, rd] / r_rps["null", rd]
-					ratios99 = ratios99 " " r_p99[k, rd] / r_p99["null", rd]
-					m++
-				}
-				vs = sprintf("%.0f%%", 100 * median(ratios, m)); v99 = sprintf("%.2fx", median(ratios99, m))
-			}
-			cpu = sprintf("%5.1f %6.1f %5.1f", median(lc[k], n[k]), median(sc[k], n[k]), median(rc[k], n[k]))
-			printf "%-16s %9.0f %8s %9.2f %9.2f %8s %7d %10s   %s\n", k, r, vs, q50 / 1000, q99 / 1000, v99, err[k], c, cpu
+	"descriptor $descriptor; rounds: $rounds of $duration (after $warmup warmup) per workload, on fresh servers; medians"
+for spec in $workloads; do
+	parse_workload "$spec"
+	case $wl in
+	uniform:*) shape="keys at random" ;;
+	turn:*) shape="keys in turn, each once per $wl_keys requests" ;;
+	*) shape="Zipf-distributed keys, exponent ${wl_flags[3]}" ;;
+	esac
+	echo
+	echo "workload $wl: $shape, $wl_keys keys"
+	awk -F'\t' -v targets="$targets" -v wl="$wl" '
+		function median(list, n,   i, j, t, a) {
+			split(list, a, " ")
+			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 		}
-	}' "$work/runs.tsv"
-echo
-if [[ $buckets -gt 0 ]]; then
-	echo "Redis memory per bucket: $usage bytes (MEMORY USAGE, mean of $sample keys);" \
-		"$(( (used_after - used_before) / buckets )) bytes of used_memory growth per key ($buckets keys)"
+		# ratio prints the median over rounds of the ratio of k to base,
+		# times scale.
+		function ratio(k, base, arr, scale, fmt,   rd, list, m) {
+			if (!(base in n)) return "-"
+			for (rd in rounds) if (arr[base, rd] > 0) { list = list " " arr[k, rd] / arr[base, rd]; m++ }
+			return m ? sprintf(fmt, scale * median(list, m)) : "-"
+		}
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+		$col["workload"] == wl {
+			k = $col["target"]; rd = $col["round"]; n[k]++
+			rps[k] = rps[k] " " $col["rps"]; p50[k] = p50[k] " " $col["p50_us"]; p99[k] = p99[k] " " $col["p99_us"]
+			r_rps[k, rd] = $col["rps"]; r_p99[k, rd] = $col["p99_us"]; rounds[rd] = 1
+			err[k] += $col["errors"]
+			if ($col["cmds_per_req"] != "-") cmds[k] = cmds[k] " " $col["cmds_per_req"]
+			if ($col["all_cmds_per_req"] != "-") all[k] = all[k] " " $col["all_cmds_per_req"]
+			lc[k] = lc[k] " " $col["load_cpu"]; sc[k] = sc[k] " " $col["server_cpu"]; rc[k] = rc[k] " " $col["redis_cpu"]
+		}
+		END {
+			printf "%-16s %9s %8s %9s %9s %9s %8s %7s %9s %12s   %s\n", "target", "req/s", "vs null", "vs memory", "p50 ms", "p99 ms",
+				"p99/null", "errors", "cmds/req", "all cmds/req", "CPU µs/req: load server redis"
+			nt = split(targets, ts, " ")
+			for (i = 1; i <= nt; i++) {
+				k = ts[i]
+				if (!(k in n)) continue
+				c = (k in cmds) ? sprintf("%.3f", median(cmds[k], n[k])) : "-"
+				a = (k in all) ? sprintf("%.3f", median(all[k], n[k])) : "-"
+				cpu = sprintf("%5.1f %6.1f %5.1f", median(lc[k], n[k]), median(sc[k], n[k]), median(rc[k], n[k]))
+				printf "%-16s %9.0f %8s %9s %9.2f %9.2f %8s %7d %9s %12s   %s\n", k, median(rps[k], n[k]),
+					ratio(k, "null", r_rps, 100, "%.0f%%"), ratio(k, "memory", r_rps, 100, "%.0f%%"),
+					median(p50[k], n[k]) / 1000, median(p99[k], n[k]) / 1000, ratio(k, "null", r_p99, 1, "%.2fx"),
+					err[k], c, a, cpu
+			}
+		}' "$work/runs.tsv"
+	echo "${memory_line[$wl]}"
+done
+
+if [[ -n $keep ]]; then
+	cp "$work/runs.tsv" "$keep"
+	log "per-run figures in $keep"
 fi
-if [[ -n ${BENCH_KEEP:-} ]]; then
-	cp "$work/runs.tsv" "$BENCH_KEEP"
-	log "per-run figures in $BENCH_KEEP"
+if [[ -n $plot ]]; then
+	of="median of $rounds rounds"
+	if ((rounds == 1)); then of="1 round"; fi
+	"$work/rls-bench" bars -in "$work/runs.tsv" -o "$plot" -title "envoy-rls: req/s by workload (c=$concurrency, $of)"
+	log "bar chart in $plot"
 fi
