@@ -50,6 +50,7 @@ type settings struct {
 	pprof               bool
 	pipelineLimit       int
 	redisBatch          int
+	redisBatchWait      time.Duration
 	syncInterval        time.Duration
 	pipelineWindow      time.Duration
 	memoryMaxBuckets    int
@@ -223,6 +224,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
 	fs.DurationVar(&s.syncInterval, "sync-interval", 0, "with -store redis: 0 decides every request on Redis (exact); above 0, the local-first mode: decide in process against units Redis leases to this replica, and sync with Redis once per interval (see the README for what it guarantees)")
 	fs.IntVar(&s.redisBatch, "redis-batch-requests", redis.DefaultBatch, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
+	fs.DurationVar(&s.redisBatchWait, "redis-batch-wait", 0, "how long requests for Redis wait for more before their script call is sent, while fewer than -redis-batch-requests; 0 sends at once (the default; with -sync-interval, "+localFirstBatchWait.String()+")")
 	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
 	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
 	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
@@ -278,8 +280,19 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 			return nil, err
 		}
 	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis-batch-wait" })
+	if !given && s.syncInterval > 0 {
+		s.redisBatchWait = localFirstBatchWait
+	}
 	return s, s.check()
 }
+
+// localFirstBatchWait is -redis-batch-wait's default in the local-first
+// mode: its requests that reach Redis, for buckets seen once, are few at
+// a time, and a call for each would cost Redis and the service twice
+// what a call of several costs per request.
+const localFirstBatchWait = time.Millisecond
 
 // applyEnvoyproxyEnv sets the flags not yet set from envoyproxy/ratelimit's
 // variables.
@@ -339,6 +352,8 @@ func (s *settings) check() error {
 		return fmt.Errorf("-sync-interval: the local-first mode needs -redis-mode script")
 	case s.pipelineLimit < 0:
 		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
+	case s.redisBatchWait < 0:
+		return fmt.Errorf("-redis-batch-wait: must not be negative, got %v", s.redisBatchWait)
 	case s.pipelineWindow < 0:
 		return fmt.Errorf("-redis-pipeline-window: must not be negative, got %v", s.pipelineWindow)
 	case s.redisPoolSize < 0:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -308,5 +309,33 @@ func TestVersionStamped(t *testing.T) {
 	a, stdout, _ := testApp(nil)
 	if code := a.run(context.Background(), []string{"version"}); code != exitOK || stdout.String() != "envoy-rls v1.2.3 0123456789ab\n" {
 		t.Fatalf("exit %d: %q", code, stdout)
+	}
+}
+
+// TestBatchWaitDefault: -redis-batch-wait is 0 in exact mode and
+// localFirstBatchWait in the local-first mode, unless given, by flag or
+// variable; it must not be negative.
+func TestBatchWaitDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{[]string{"-store", "redis"}, nil, 0},
+		{[]string{"-store", "redis", "-sync-interval", "1s"}, nil, localFirstBatchWait},
+		{[]string{"-store", "redis", "-sync-interval", "1s", "-redis-batch-wait", "0"}, nil, 0},
+		{[]string{"-store", "redis", "-sync-interval", "1s"}, map[string]string{"RLS_REDIS_BATCH_WAIT": "5ms"}, 5 * time.Millisecond},
+		{[]string{"-store", "redis", "-redis-batch-wait", "2ms"}, nil, 2 * time.Millisecond},
+	} {
+		s, err := parseFlags(c.args, lookupIn(c.env), io.Discard, false)
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.args, c.env, err)
+		}
+		if s.redisBatchWait != c.want {
+			t.Errorf("%v %v: batch wait %v, want %v", c.args, c.env, s.redisBatchWait, c.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-redis-batch-wait", "-1ms"}, lookupIn(nil), io.Discard, false); err == nil || !strings.Contains(err.Error(), "-redis-batch-wait") {
+		t.Errorf("a negative batch wait: %v, want an error naming the flag", err)
 	}
 }

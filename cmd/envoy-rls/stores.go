@@ -40,7 +40,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		return nil, fmt.Errorf("-redis-password-file: %w", err)
 	}
 	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
-	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, Connect: &redis.ClientOptions{
+	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait, Connect: &redis.ClientOptions{
 		URL:              s.redisURL,
 		Password:         password,
 		Cluster:          s.redisCluster,

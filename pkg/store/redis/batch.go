@@ -20,6 +20,11 @@ import (
 type batcher struct {
 	s     *Store
 	limit int
+	// wait is how long a slot's requests wait for more, while fewer than
+	// limit, before they are sent (Options.BatchWait); timer wakes the
+	// loop when the first has waited that long.
+	wait  time.Duration
+	timer *time.Timer
 
 	mu     sync.Mutex
 	queues map[uint16][]*queued // by slot; one, 0, for a single Redis
@@ -36,7 +41,8 @@ type batcher struct {
 // queued is one request waiting for its call.
 type queued struct {
 	ctx     context.Context
-	at      int64 // time to decide at, or -1 for Redis's
+	since   time.Time // when it was queued
+	at      int64     // time to decide at, or -1 for Redis's
 	keys    []string
 	buckets []limit.Bucket
 	results []limit.Result // the batcher's own: written into dst if the caller still waits
@@ -47,10 +53,11 @@ type queued struct {
 	answer    chan error
 }
 
-func newBatcher(s *Store, limit int) *batcher {
-	b := &batcher{s: s, limit: limit, queues: map[uint16][]*queued{}, busy: map[uint16]bool{},
+func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
+	b := &batcher{s: s, limit: limit, wait: wait, queues: map[uint16][]*queued{}, busy: map[uint16]bool{},
 		wake: make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	b.timer = time.AfterFunc(time.Hour, b.signal)
 	go b.loop()
 	return b
 }
@@ -59,7 +66,7 @@ func newBatcher(s *Store, limit int) *batcher {
 // request abandoned at the end of ctx may still be decided, and charge:
 // the lost reply of the package documentation.
 func (b *batcher) submit(ctx context.Context, slot uint16, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
-	q := &queued{ctx: ctx, at: at, keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
+	q := &queued{ctx: ctx, since: time.Now(), at: at, keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
 		answer: make(chan error, 1)}
 	b.mu.Lock()
 	if b.closed {
@@ -109,9 +116,12 @@ func (b *batcher) loop() {
 			case <-b.stop:
 				return
 			}
-			group, slot := b.take()
+			group, slot, wait := b.take()
 			if group == nil {
 				<-b.inflight
+				if wait > 0 {
+					b.timer.Reset(wait)
+				}
 				break
 			}
 			go func() {
@@ -132,15 +142,26 @@ func (b *batcher) signal() {
 }
 
 // take removes up to limit requests of the slot waiting longest that has
-// no call out, and marks it busy.
-func (b *batcher) take() ([]*queued, uint16) {
+// no call out, and marks it busy; without one, it returns how long until
+// a slot's requests have waited for more as long as they may (0: none
+// waits).
+func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var wait time.Duration
 	for i, slot := range b.slots {
 		if b.busy[slot] {
 			continue
 		}
 		q := b.queues[slot]
+		if b.wait > 0 && len(q) < b.limit {
+			if w := b.wait - time.Since(q[0].since); w > 0 {
+				if wait == 0 || w < wait {
+					wait = w
+				}
+				continue
+			}
+		}
 		n := min(len(q), b.limit)
 		group := q[:n:n]
 		if n == len(q) {
@@ -151,9 +172,9 @@ func (b *batcher) take() ([]*queued, uint16) {
 			b.slots = append(append(b.slots[:i:i], b.slots[i+1:]...), slot) // the rest waits behind the other slots
 		}
 		b.busy[slot] = true
-		return group, slot
+		return group, slot, 0
 	}
-	return nil, 0
+	return nil, 0, wait
 }
 
 // release marks a slot's call done.
@@ -219,6 +240,7 @@ func (b *batcher) close() {
 	}
 	b.queues, b.slots = nil, nil
 	b.mu.Unlock()
+	b.timer.Stop()
 	close(b.stop)
 	<-b.done
 	for _, q := range waiting {

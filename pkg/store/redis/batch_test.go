@@ -3,6 +3,9 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +67,71 @@ func TestBatchedCallerThatLeaves(t *testing.T) {
 		t.Fatal("a caller waited on past Close")
 	}
 	srv.Resume()
+}
+
+// TestBatchWaitGathersRequests sends requests a few milliseconds apart:
+// with a batch wait longer than their spread, one script call decides
+// them all, each all or nothing and charged; without, each has its own.
+func TestBatchWaitGathersRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		wait     time.Duration
+		maxCalls int64
+	}{{300 * time.Millisecond, 1}, {0, 5}} {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+		s, err := New(Options{Client: c, Batch: 8, BatchWait: tc.wait, Prefix: fmt.Sprintf("w%d:", tc.wait)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
+		// Redis has the script loaded first.
+		if err := s.Apply(context.Background(), time.Now(), []limit.Bucket{{Key: "api|user=b", Limit: l, Hits: 1}}, make([]limit.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+		before := scriptCalls(t, c)
+		errs := make(chan error, 5)
+		results := make([][]limit.Result, 5)
+		for i := range 5 {
+			results[i] = make([]limit.Result, 1)
+			go func() {
+				errs <- s.Apply(context.Background(), time.Now(), []limit.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}}, results[i])
+			}()
+			time.Sleep(10 * time.Millisecond)
+		}
+		for range 5 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		calls := scriptCalls(t, c) - before
+		if calls > tc.maxCalls || (tc.wait == 0 && calls < 3) {
+			t.Errorf("batch wait %v: %d script calls for 5 requests 10ms apart", tc.wait, calls)
+		}
+		left := map[int64]bool{}
+		for _, r := range results {
+			left[r[0].Remaining] = true
+		}
+		if len(left) != 5 || !left[5] || !left[9] {
+			t.Errorf("batch wait %v: remaining %v, want each of 9 down to 5 once: each decided on its own", tc.wait, left)
+		}
+		s.Close()
+	}
+}
+
+// scriptCalls returns how many script calls Redis has run.
+func scriptCalls(t *testing.T, c *goredis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
+			v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			n += v
+		}
+	}
+	return n
 }

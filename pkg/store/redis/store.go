@@ -79,6 +79,12 @@ type Options struct {
 	// decides, when their buckets share a slot (script mode); 0 or 1
 	// decides each request in its own call.
 	Batch int
+	// BatchWait is how long requests queued for a slot, fewer than Batch,
+	// wait for more before their call is sent: 0 sends at once. Where few
+	// requests reach Redis (the local-first mode's), a short wait makes
+	// calls of several requests, and saves Redis and the service the cost
+	// of a call for each.
+	BatchWait time.Duration
 }
 
 // Pipeline says how concurrent script calls are batched into pipelines:
@@ -174,13 +180,16 @@ func New(opts Options) (*Store, error) {
 	if opts.Batch < 0 {
 		return nil, fmt.Errorf("redis store: batch %d must not be negative", opts.Batch)
 	}
+	if opts.BatchWait < 0 {
+		return nil, fmt.Errorf("redis store: batch wait %v must not be negative", opts.BatchWait)
+	}
 	cs, err := s.newClients(opts.Client)
 	if err != nil {
 		return nil, err
 	}
 	s.client.Store(cs)
 	if opts.Mode == ScriptMode && opts.Batch > 1 {
-		s.batch = newBatcher(s, opts.Batch)
+		s.batch = newBatcher(s, opts.Batch, opts.BatchWait)
 	}
 	return s, nil
 }
