@@ -224,7 +224,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
 	fs.DurationVar(&s.syncInterval, "sync-interval", 0, "with -store redis: 0 decides every request on Redis (exact); above 0, the local-first mode: decide in process against units Redis leases to this replica, and sync with Redis once per interval (see the README for what it guarantees)")
 	fs.IntVar(&s.redisBatch, "redis-batch-requests", redis.DefaultBatch, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
-	fs.DurationVar(&s.redisBatchWait, "redis-batch-wait", 0, "how long requests for Redis wait for more before their script call is sent, while fewer than -redis-batch-requests; 0 sends at once (the default; with -sync-interval, "+localFirstBatchWait.String()+")")
+	fs.DurationVar(&s.redisBatchWait, "redis-batch-wait", 0, "how long requests for Redis wait for more before their script call is sent, while fewer than -redis-batch-requests; 0 sends at once (the default; with -sync-interval and not -redis-cluster, "+localFirstBatchWait.String()+")")
 	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
 	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
 	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
@@ -282,7 +282,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 	}
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis-batch-wait" })
-	if !given && s.syncInterval > 0 {
+	if !given && s.syncInterval > 0 && !s.redisCluster {
 		s.redisBatchWait = localFirstBatchWait
 	}
 	return s, s.check()
@@ -291,7 +291,9 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 // localFirstBatchWait is -redis-batch-wait's default in the local-first
 // mode: its requests that reach Redis, for buckets seen once, are few at
 // a time, and a call for each would cost Redis and the service twice
-// what a call of several costs per request.
+// what a call of several costs per request. (Not on a Redis Cluster: a
+// call's keys share a hash slot, and the buckets seen once are spread
+// over all of them, so a wait would gather nothing.)
 const localFirstBatchWait = time.Millisecond
 
 // applyEnvoyproxyEnv sets the flags not yet set from envoyproxy/ratelimit's

@@ -313,7 +313,7 @@ func TestVersionStamped(t *testing.T) {
 }
 
 // TestBatchWaitDefault: -redis-batch-wait is 0 in exact mode and
-// localFirstBatchWait in the local-first mode, unless given, by flag or
+// localFirstBatchWait in the local-first mode (but on a Cluster), unless given, by flag or
 // variable; it must not be negative.
 func TestBatchWaitDefault(t *testing.T) {
 	for _, c := range []struct {
@@ -326,6 +326,7 @@ func TestBatchWaitDefault(t *testing.T) {
 		{[]string{"-store", "redis", "-sync-interval", "1s", "-redis-batch-wait", "0"}, nil, 0},
 		{[]string{"-store", "redis", "-sync-interval", "1s"}, map[string]string{"RLS_REDIS_BATCH_WAIT": "5ms"}, 5 * time.Millisecond},
 		{[]string{"-store", "redis", "-redis-batch-wait", "2ms"}, nil, 2 * time.Millisecond},
+		{[]string{"-store", "redis", "-redis-cluster", "-sync-interval", "1s"}, nil, 0},
 	} {
 		s, err := parseFlags(c.args, lookupIn(c.env), io.Discard, false)
 		if err != nil {
