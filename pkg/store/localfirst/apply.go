@@ -89,7 +89,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		r.gens = append(r.gens, 0)
 	}
 	for first := true; ; first = false {
-		err := s.decide(ctx, now, &r, results, first)
+		err := s.decide(ctx, now, buckets, &r, results, first)
 		if err != errAgain {
 			return err
 		}
@@ -100,10 +100,10 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 // again: units came meanwhile for what Redis refused.
 var errAgain = errors.New("local-first store: decide again")
 
-// decide decides r once: here if it can, or with Redis's help. The first
-// time counts its demand.
-func (s *Store) decide(ctx context.Context, now time.Time, r *request, results []limit.Result, first bool) error {
-	buckets := r.buckets
+// decide decides r, the request of buckets, once: here if it can, or with
+// Redis's help. The first time counts its demand. (buckets is r.buckets,
+// passed on its own: what goes to Redis must not take r to the heap.)
+func (s *Store) decide(ctx context.Context, now time.Time, buckets []limit.Bucket, r *request, results []limit.Result, first bool) error {
 	s.lock(r.locks)
 	rnow := now.UnixMicro() + s.offset.Load()
 	refused := false
@@ -150,6 +150,15 @@ func (s *Store) decide(ctx context.Context, now time.Time, r *request, results [
 		}
 		return nil
 	}
+	if cold := remote == len(buckets) && !r.tracked(); cold {
+		// Buckets seen once, all: exactly what exact mode does.
+		s.unlock(r.locks)
+		err := s.remote.Apply(ctx, now, buckets, results)
+		if err != nil {
+			s.keepCharges(now, r)
+		}
+		return err
+	}
 	s.reserve(r)
 	var more *ask
 	if len(short) > 0 {
@@ -164,6 +173,16 @@ func (s *Store) decide(ctx context.Context, now time.Time, r *request, results [
 		s.asks.add(s, more)
 	}
 	return s.decideOnRedis(ctx, now, r, results, first)
+}
+
+// tracked reports whether any of r's buckets has an entry.
+func (r *request) tracked() bool {
+	for _, e := range r.entries {
+		if e != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // track returns the entry of bucket b (hash h), made (fresh) if b was seen
@@ -270,25 +289,7 @@ func (s *Store) decideOnRedis(ctx context.Context, now time.Time, r *request, re
 	defer s.unlock(r.locks)
 	rnow := now.UnixMicro() + s.offset.Load()
 	if err != nil {
-		for i, b := range r.buckets {
-			e := r.entries[i]
-			switch {
-			case !b.Always || b.Hits <= 0:
-				s.unreserve(r, i)
-			case r.remote[i]:
-				// Usage already spent: kept for the next sync to send,
-				// whoever answers now. (A reply lost after Redis ran the
-				// call has it sent twice: the budget binds early, not late.)
-				if e == nil {
-					e, _ = s.entry(&s.shards[r.hashes[i]%shards], b)
-				}
-				if e != nil {
-					e.addDebt(min(b.Hits, leaky.MaxSize), rnow)
-				} else {
-					s.lost.Add(uint64(b.Hits))
-				}
-			}
-		}
+		s.unreserveAll(r, rnow)
 		return err
 	}
 	admitted := true
@@ -389,6 +390,49 @@ func coveredNow(r *request, index []int, rr []limit.Result, admitted bool) bool 
 		}
 	}
 	return refused
+}
+
+// unreserveAll puts back the units reserved of a request Redis did not
+// decide, but those of limits that charge always, which keep their charge,
+// and keeps the charges of the others as debts: usage already spent, for
+// the next sync to send, whoever answers now. (A reply lost after Redis
+// ran the call has it sent twice: the budget binds early, not late.)
+func (s *Store) unreserveAll(r *request, rnow int64) {
+	for i, b := range r.buckets {
+		switch {
+		case !b.Always || b.Hits <= 0:
+			s.unreserve(r, i)
+		case r.remote[i]:
+			s.addDebt(r, i, rnow)
+		}
+	}
+}
+
+// keepCharges keeps, as debts, the charges of limits that charge always
+// of a request Redis did not decide, whose buckets all went to Redis.
+func (s *Store) keepCharges(now time.Time, r *request) {
+	s.lock(r.locks)
+	defer s.unlock(r.locks)
+	rnow := now.UnixMicro() + s.offset.Load()
+	for i, b := range r.buckets {
+		if b.Always && b.Hits > 0 {
+			s.addDebt(r, i, rnow)
+		}
+	}
+}
+
+// addDebt records bucket i's hits as a debt, in its entry, made if need
+// be (lost, and counted so, if the table is full).
+func (s *Store) addDebt(r *request, i int, rnow int64) {
+	b, e := r.buckets[i], r.entries[i]
+	if e == nil {
+		e, _ = s.entry(&s.shards[r.hashes[i]%shards], b)
+	}
+	if e == nil {
+		s.lost.Add(uint64(b.Hits))
+		return
+	}
+	e.addDebt(min(b.Hits, leaky.MaxSize), rnow)
 }
 
 // unreserve puts bucket i's reserved units back in its lease, unless the
