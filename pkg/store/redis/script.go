@@ -5,9 +5,11 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -39,10 +41,6 @@ func newScript(src string) luaScript {
 	return luaScript{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// resultFields is the number of values decide.lua returns per bucket, not
-// counting the state before the charge.
-const resultFields = 7
-
 // scriptExec decides a slot's buckets in one script call.
 type scriptExec struct{}
 
@@ -61,51 +59,90 @@ type scriptRequest struct {
 
 // runRequests decides requests in one script call, in order, each all or
 // nothing on its own; keys are their buckets' keys in turn, in one slot.
-// The states before the charge are asked for if the first request asks.
+//
+// The script decides and charges; it returns each bucket's state as it
+// read it, and runRequests decides those states again with
+// limit.DecideAll, at the same instant, for the results: the figures are
+// DecideAll's by construction, and the script returns 2 values per bucket
+// instead of 7. The script's answer for each request must be DecideAll's,
+// or the call fails: what it charged would not be what the results say.
 func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs []scriptRequest) (int64, error) {
-	withBefore := reqs[0].before != nil
-	fields := resultFields
-	if withBefore {
-		fields = resultFields + 2
-	}
-	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, withBefore, reqs, len(keys)))
+	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, reqs, len(keys)))
 	if err != nil {
 		return 0, err
 	}
-	if len(vals) != fields*len(keys)+1 {
+	if len(vals) < len(reqs)+2*len(keys)+1 {
 		return 0, fmt.Errorf("redis script: %d values for %d buckets", len(vals), len(keys))
 	}
+	at := vals[len(vals)-1]
+	vals = vals[:len(vals)-1]
+	var inline [8]limit.State
+	states := inline[:0]
+	if len(keys) > len(inline) {
+		states = make([]limit.State, 0, len(keys))
+	}
 	for _, r := range reqs {
-		for i := range r.buckets {
-			v := vals[:fields]
-			vals = vals[fields:]
-			r.results[i] = limit.Result{
-				Admitted:  v[0] == 1,
-				State:     limit.State{Counter: v[1], Timestamp: v[2]},
-				Remaining: v[3],
-				Clear:     micros(v[4]),
-				Reset:     micros(v[5]),
-				TTL:       micros(v[6]),
+		admitted := vals[0] == 1
+		vals = vals[1:]
+		st := states[len(states) : len(states)+len(r.buckets)]
+		states = states[:len(states)+len(r.buckets)]
+		for i, b := range r.buckets {
+			if vals, err = scriptState(vals, b.Limit.Algorithm, &st[i]); err != nil {
+				return 0, err
 			}
-			if r.before != nil {
-				r.before[i] = limit.State{Counter: v[7], Timestamp: v[8]}
+		}
+		t := at
+		if r.at >= 0 {
+			t = r.at
+		}
+		if limit.DecideAll(st, r.buckets, time.UnixMicro(t), r.results) != admitted {
+			return 0, fmt.Errorf("redis script: its answer differs from limit.DecideAll's on the same state: the script (%.7s) and the service disagree", decideScript.sha)
+		}
+		if r.before != nil {
+			for i, b := range r.buckets {
+				r.before[i] = limit.Decide(st[i], b.Limit, time.UnixMicro(t), 0).State
 			}
 		}
 	}
-	return vals[0], nil
+	if len(vals) != 0 {
+		return 0, fmt.Errorf("redis script: %d values left over", len(vals))
+	}
+	return at, nil
+}
+
+// scriptState reads a bucket's state as decide.lua returns it into st, and
+// returns the values after it: a counter and a timestamp, or for a sliding
+// window its newest start, its number of counts and its counts (their sum
+// as the counter, as decodeWindow reads it).
+func scriptState(vals []int64, algo limit.Algorithm, st *limit.State) ([]int64, error) {
+	if len(vals) < 2 {
+		return nil, errors.New("redis script: too few values")
+	}
+	if algo != limit.SlidingWindow {
+		*st = limit.State{Counter: vals[0], Timestamp: vals[1]}
+		return vals[2:], nil
+	}
+	m := vals[1]
+	if m < 0 || m > int64(len(vals)-2) {
+		return nil, fmt.Errorf("redis script: %d counts of a sliding window", m)
+	}
+	*st = limit.State{Timestamp: vals[0]}
+	if m > 0 {
+		st.Counts = make([]int64, m)
+		copy(st.Counts, vals[2:2+m])
+		for _, c := range st.Counts {
+			st.Counter += c
+		}
+	}
+	return vals[2+m:], nil
 }
 
 // decideArgs returns the arguments of decide.lua for requests of n
 // buckets in all.
-func decideArgs(now int64, withBefore bool, reqs []scriptRequest, n int) []string {
+func decideArgs(now int64, reqs []scriptRequest, n int) []string {
 	// Room for a limit per bucket at most.
-	a := newScriptArgs(4 + 2*len(reqs) + 2*n + 4*min(n, maxLimitSearch))
+	a := newScriptArgs(3 + 2*len(reqs) + 2*n + 4*min(n, maxLimitSearch))
 	a.now(now)
-	if withBefore {
-		a.int(1)
-	} else {
-		a.int(0)
-	}
 	a.int(int64(len(reqs)))
 	limits := make([]scriptLimit, 0, 8)
 	for _, r := range reqs {
