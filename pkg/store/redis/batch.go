@@ -20,9 +20,9 @@ import (
 type batcher struct {
 	s     *Store
 	limit int
-	// wait is how long a slot's requests wait for more, while fewer than
-	// limit, before they are sent (Options.BatchWait); timer wakes the
-	// loop when the first has waited that long.
+	// wait is how long requests that find their slot idle wait for more,
+	// while fewer than limit, before they are sent (Options.BatchWait);
+	// timer wakes the loop when the first has waited that long.
 	wait  time.Duration
 	timer *time.Timer
 
@@ -30,6 +30,7 @@ type batcher struct {
 	queues map[uint16][]*queued // by slot; one, 0, for a single Redis
 	slots  []uint16             // slots with requests waiting, oldest first
 	busy   map[uint16]bool      // slots with a call out
+	freed  map[uint16]time.Time // when a slot's last call returned (with wait only)
 	closed bool
 
 	wake     chan struct{}
@@ -55,7 +56,8 @@ type queued struct {
 
 func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 	b := &batcher{s: s, limit: limit, wait: wait, queues: map[uint16][]*queued{}, busy: map[uint16]bool{},
-		wake: make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
+		freed: map[uint16]time.Time{},
+		wake:  make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.timer = time.AfterFunc(time.Hour, b.signal)
 	go b.loop()
@@ -154,7 +156,10 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 			continue
 		}
 		q := b.queues[slot]
-		if b.wait > 0 && len(q) < b.limit {
+		// Requests that came while the slot's call was out have waited for
+		// it: they go at once. One that found the slot idle may wait for
+		// others.
+		if b.wait > 0 && len(q) < b.limit && q[0].since.After(b.freed[slot]) {
 			if w := b.wait - time.Since(q[0].since); w > 0 {
 				if wait == 0 || w < wait {
 					wait = w
@@ -181,6 +186,9 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 func (b *batcher) release(slot uint16) {
 	b.mu.Lock()
 	delete(b.busy, slot)
+	if b.wait > 0 {
+		b.freed[slot] = time.Now()
+	}
 	b.mu.Unlock()
 }
 

@@ -79,11 +79,12 @@ type Options struct {
 	// decides, when their buckets share a slot (script mode); 0 or 1
 	// decides each request in its own call.
 	Batch int
-	// BatchWait is how long requests queued for a slot, fewer than Batch,
-	// wait for more before their call is sent: 0 sends at once. Where few
-	// requests reach Redis (the local-first mode's), a short wait makes
-	// calls of several requests, and saves Redis and the service the cost
-	// of a call for each.
+	// BatchWait is how long requests that find their slot idle (no call
+	// out), fewer than Batch, wait for more before their call is sent: 0
+	// sends at once. Where few requests reach Redis (the local-first
+	// mode's), a short wait makes calls of several requests, and saves
+	// Redis and the service the cost of a call for each. Requests that
+	// came while the slot's call was out go as soon as it returns.
 	BatchWait time.Duration
 }
 
