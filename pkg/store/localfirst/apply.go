@@ -188,7 +188,8 @@ func (r *request) tracked() bool {
 // track returns the entry of bucket b (hash h), made (fresh) if b was seen
 // in this interval or the one before, or nil: a bucket seen once is
 // decided on Redis and only noted, by its hash, so that a long tail of
-// keys each seen now and then costs this replica no more than exact mode.
+// keys each seen now and then costs this replica no more than exact mode:
+// no entry, no allocation.
 func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (e *entry, fresh bool) {
 	if e := sh.m[b.Key]; e != nil {
 		if e.limit != b.Limit {
@@ -196,15 +197,7 @@ func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (e *entry, fresh bool
 		}
 		return e, false
 	}
-	_, seen := sh.recent[h]
-	if !seen {
-		_, seen = sh.older[h]
-	}
-	if !seen {
-		if s.bytes.Load()+sightingCost <= s.maxBytes {
-			sh.recent[h] = struct{}{}
-			s.bytes.Add(sightingCost)
-		}
+	if !sh.sighted(h) {
 		return nil, false
 	}
 	e, err := s.entry(sh, b)
@@ -214,9 +207,40 @@ func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (e *entry, fresh bool
 	return e, true
 }
 
-// sightingCost is what a bucket seen once counts against MaxBytes: its
-// hash in a map, until the sync after next forgets it.
-const sightingCost = 32
+// sightSlots is how many hashes of buckets seen once a shard keeps per
+// interval: 64 shards of 4096, two intervals' worth, are 4 MiB. A hash
+// whose place another took is a bucket taken for unseen: it stays cold a
+// little longer, which costs what exact mode costs.
+const sightSlots = 4096
+
+// sightings are the hashes of the buckets without an entry seen in this
+// interval (recent) and the one before (older), each at a place of its
+// hash: a lookup is one read, and forgetting an interval one clear.
+type sightings struct {
+	recent, older *[sightSlots]uint64
+}
+
+func newSightings() sightings {
+	return sightings{recent: new([sightSlots]uint64), older: new([sightSlots]uint64)}
+}
+
+// sighted reports whether the bucket of hash h was seen in this interval
+// or the one before, and notes it as seen in this one.
+func (sh *shard) sighted(h uint64) bool {
+	h |= 1                         // 0 is an empty place
+	i := (h / shards) % sightSlots // its shard took h % shards
+	if sh.seen.recent[i] == h || sh.seen.older[i] == h {
+		return true
+	}
+	sh.seen.recent[i] = h
+	return false
+}
+
+// rotate forgets the buckets seen once two intervals ago and not since.
+func (sh *shard) rotate() {
+	sh.seen.older, sh.seen.recent = sh.seen.recent, sh.seen.older
+	clear(sh.seen.recent[:])
+}
 
 // decideHere decides a request from the units held of its buckets, all of
 // which have enough, unless one was found full (admitted false). It

@@ -118,10 +118,10 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*entry
-	// recent and older hold the hashes of the buckets without an entry
-	// seen in this interval and the one before: a bucket seen again while
-	// its hash is in either gets an entry, and a lease at the next sync.
-	recent, older map[uint64]struct{}
+	// seen holds the hashes of the buckets without an entry seen in this
+	// interval and the one before: a bucket seen again while its hash is
+	// there gets an entry, and a lease at the next sync.
+	seen sightings
 }
 
 // New returns a store deciding locally against remote's leases and starts
@@ -146,8 +146,7 @@ func New(remote Remote, opts Options) (*Store, error) {
 		log: opts.Logger, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range s.shards {
 		s.shards[i].m = map[string]*entry{}
-		s.shards[i].recent = map[uint64]struct{}{}
-		s.shards[i].older = map[uint64]struct{}{}
+		s.shards[i].seen = newSightings()
 	}
 	s.nextSync.Store(time.Now().Add(opts.Interval).UnixMicro())
 	go s.loop()

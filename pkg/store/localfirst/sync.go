@@ -42,9 +42,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		// Buckets seen once two intervals ago and not since are forgotten.
-		s.bytes.Add(-sightingCost * int64(len(sh.older)))
-		sh.older, sh.recent = sh.recent, map[uint64]struct{}{}
+		sh.rotate()
 		for key, e := range sh.m {
 			if e.busy != nil {
 				continue // its own call is out; it syncs next time
