@@ -24,6 +24,7 @@ type request struct {
 	locks   []uint32 // the shards of its buckets, sorted, each once
 	entries []*entry // nil: a bucket this replica does not track
 	remote  []bool   // whether Redis decides the bucket
+	trusted []bool   // whether the bucket is admitted on trust, charged at the next sync
 	// reserved is the units taken from a bucket's lease while Redis
 	// decides the others, and gens the lease's generation then.
 	reserved []int64
@@ -76,15 +77,17 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		genBuf    [8]uint32
 		entryBuf  [8]*entry
 		remoteBuf [8]bool
+		trustBuf  [8]bool
 	)
 	r := request{buckets: buckets, hashes: hashBuf[:0], locks: lockBuf[:0], entries: entryBuf[:0],
-		remote: remoteBuf[:0], reserved: resBuf[:0], gens: genBuf[:0]}
+		remote: remoteBuf[:0], trusted: trustBuf[:0], reserved: resBuf[:0], gens: genBuf[:0]}
 	for _, b := range buckets {
 		h := maphash.String(s.seed, b.Key)
 		r.hashes = append(r.hashes, h)
 		r.locks = insertSorted(r.locks, uint32(h%shards))
 		r.entries = append(r.entries, nil)
 		r.remote = append(r.remote, false)
+		r.trusted = append(r.trusted, false)
 		r.reserved = append(r.reserved, 0)
 		r.gens = append(r.gens, 0)
 	}
@@ -110,11 +113,14 @@ func (s *Store) decide(ctx context.Context, now time.Time, buckets []limit.Bucke
 	var short []int // buckets to ask more for, in the background
 	remote := 0
 	for i, b := range buckets {
-		e, fresh := s.track(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
+		e, sight := s.track(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
 		r.entries[i] = e
-		r.remote[i] = e == nil
+		r.trusted[i] = sight == unseen && trusts(b)
+		r.remote[i] = e == nil && !r.trusted[i]
 		if e == nil {
-			remote++
+			if r.remote[i] {
+				remote++
+			}
 			continue
 		}
 		if e.busy == nil || e.limit.Algorithm == limit.FixedWindow {
@@ -137,7 +143,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, buckets []limit.Bucke
 		default:
 			r.remote[i] = true
 			remote++
-			if !fresh && e.busy == nil && !e.dry {
+			if sight != fresh && e.busy == nil && !e.dry {
 				short = append(short, i)
 			}
 		}
@@ -190,21 +196,60 @@ func (r *request) tracked() bool {
 // decided on Redis and only noted, by its hash, so that a long tail of
 // keys each seen now and then costs this replica no more than exact mode:
 // no entry, no allocation.
-func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (e *entry, fresh bool) {
+func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (*entry, sighting) {
 	if e := sh.m[b.Key]; e != nil {
 		if e.limit != b.Limit {
 			e.reload(b.Limit)
 		}
-		return e, false
+		return e, known
 	}
 	if !sh.sighted(h) {
-		return nil, false
+		return nil, unseen
 	}
 	e, err := s.entry(sh, b)
 	if err != nil {
-		return nil, false // the table is full: decided on Redis, exactly
+		return nil, untracked // the table is full: decided on Redis, exactly
 	}
-	return e, true
+	return e, fresh
+}
+
+// sighting is what track found of a bucket.
+type sighting int
+
+const (
+	known     sighting = iota // an entry
+	fresh                     // an entry, made now: the bucket's second sighting
+	unseen                    // no entry: not seen for two intervals
+	untracked                 // no entry: the table is full
+)
+
+// trustRatio is how many times a request's hits a limit must allow for
+// the request to be admitted on trust, on its bucket's first sighting:
+// what that may admit past the limit is then at most a hundredth of it
+// per replica, each time the bucket is found anew while full.
+const trustRatio = 100
+
+// trusts reports whether bucket b may be admitted on trust on its first
+// sighting: not a quota (shadow) bucket, whose figures must be Redis's,
+// and a limit of at least trustRatio times its hits.
+func trusts(b limit.Bucket) bool {
+	size := b.Limit.Size
+	return !b.Shadow && b.Hits > 0 && b.Hits <= size/trustRatio
+}
+
+// trust admits trusted bucket i of r, as an empty bucket would, and, if
+// the request is admitted (or the limit charges always), queues its hits
+// for the next sync to charge on Redis, past the limit if need be.
+func (s *Store) trust(r *request, i int, rnow int64, charged bool) limit.Result {
+	b := r.buckets[i]
+	res := limit.Decide(limit.State{}, b.Limit, time.UnixMicro(rnow), b.Hits)
+	if charged {
+		sh := &s.shards[r.hashes[i]%shards]
+		sh.owed = append(sh.owed, owing{key: b.Key, limit: b.Limit, hits: b.Hits, at: rnow})
+	} else {
+		res = limit.Decide(limit.State{}, b.Limit, time.UnixMicro(rnow), 0)
+	}
+	return res
 }
 
 // sightSlots is how many hashes of buckets seen once a shard keeps per
@@ -248,12 +293,17 @@ func (sh *shard) rotate() {
 // held, for Redis.
 func (s *Store) decideHere(r *request, rnow int64, admitted bool, results []limit.Result) []debt {
 	for i, b := range r.buckets {
+		if r.trusted[i] {
+			results[i] = s.trust(r, i, rnow, admitted || b.Always)
+			continue
+		}
 		results[i] = s.report(r.entries[i], b, rnow, admitted || b.Always)
 	}
 	var debts []debt
 	for i, b := range r.buckets {
 		e := r.entries[i]
 		switch {
+		case r.trusted[i]:
 		case b.Always && b.Hits > e.lease:
 			// Usage already spent, past what Redis granted: charged on
 			// Redis at once, past the limit, whatever the answer.
@@ -341,6 +391,10 @@ func (s *Store) decideOnRedis(ctx context.Context, now time.Time, r *request, re
 	}
 	for i, b := range r.buckets {
 		e := r.entries[i]
+		if r.trusted[i] {
+			results[i] = s.trust(r, i, rnow, admitted || b.Always)
+			continue
+		}
 		if e == nil || r.remote[i] {
 			continue
 		}
@@ -401,6 +455,11 @@ func (s *Store) awaitCalls(ctx context.Context, r *request, index []int, rr []li
 // they came meanwhile, by a call for more, and took the room Redis found
 // missing. The request is then decided again, here.
 func coveredNow(r *request, index []int, rr []limit.Result, admitted bool) bool {
+	for _, t := range r.trusted {
+		if t {
+			return false // seen now, it would not be trusted again
+		}
+	}
 	refused := false
 	for j, i := range index {
 		b, e := r.buckets[i], r.entries[i]
@@ -428,6 +487,8 @@ func (s *Store) unreserveAll(r *request, rnow int64) {
 			s.unreserve(r, i)
 		case r.remote[i]:
 			s.addDebt(r, i, rnow)
+		case r.trusted[i]:
+			s.trust(r, i, rnow, true)
 		}
 	}
 }

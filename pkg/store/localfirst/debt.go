@@ -93,14 +93,27 @@ func (e *entry) addDebt(hits, rnow int64) {
 	e.debt = min(e.debt+hits, leaky.MaxSize)
 }
 
-// payDebts sends the debts that could not be sent when they were made, in
-// calls of at most debtChunk buckets; it is the sync's first step. A fixed
-// window's debt made in a window that has ended since is dropped: the
-// window would have forgotten it.
+// owing is hits of a bucket admitted on trust, at its first sighting, at
+// at (Redis's clock), that Redis has not been told of.
+type owing struct {
+	key   string
+	limit limit.Limit
+	hits  int64
+	at    int64
+}
+
+// payDebts sends the debts that could not be sent when they were made and
+// the hits admitted on trust, in calls of at most debtChunk buckets; it is
+// the sync's first step. Both are charged past the limit if need be: they
+// were admitted. A bucket Redis then finds past its limit gets an entry,
+// refused until Redis said it would have room, so that trust is given once
+// per bucket found full. A fixed window's debt made in a window that has
+// ended since is dropped: the window would have forgotten it.
 func (s *Store) payDebts(ctx context.Context, now time.Time) {
 	rnow := now.UnixMicro() + s.offset.Load()
 	var debts []debt
 	var buckets []limit.Bucket
+	var owed []owing
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -108,28 +121,73 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 			if e.debt == 0 {
 				continue
 			}
-			if e.limit.Algorithm == limit.FixedWindow {
-				if win := e.limit.Fixed().Window.Microseconds(); floorDiv(rnow, win) != floorDiv(e.debtAt, win) {
-					e.debt = 0
-					continue
-				}
+			if ended(e.limit, e.debtAt, rnow) {
+				e.debt = 0
+				continue
 			}
 			debts = append(debts, debt{index: len(buckets), entry: e, hits: e.debt})
 			buckets = append(buckets, limit.Bucket{Key: key, Limit: e.limit, Hits: e.debt, Always: true})
 			e.debt = 0
 			e.paying++
 		}
+		for _, o := range sh.owed {
+			if !ended(o.limit, o.at, rnow) {
+				owed = append(owed, o)
+			}
+		}
+		sh.owed = nil
 		sh.mu.Unlock()
 	}
-	for start := 0; start < len(debts); start += debtChunk {
-		end := min(start+debtChunk, len(debts))
+	for _, o := range owed {
+		buckets = append(buckets, limit.Bucket{Key: o.key, Limit: o.limit, Hits: o.hits, Always: true})
+	}
+	for start := 0; start < len(buckets); start += debtChunk {
+		end := min(start+debtChunk, len(buckets))
 		got := make([]limit.Result, end-start)
 		err := s.remote.Apply(ctx, now, buckets[start:end], got)
 		if err != nil {
 			s.failures.Add(1)
 		}
-		s.settle(debts[start:end], buckets[start:end], got, rnow, err)
+		if start < len(debts) {
+			d := min(end, len(debts))
+			s.settle(debts[start:d], buckets[start:d], got[:d-start], rnow, err)
+		}
+		for j := max(start, len(debts)); j < end; j++ {
+			s.settleOwed(owed[j-len(debts)], got[j-start], rnow, err)
+		}
 	}
+}
+
+// ended reports whether a fixed window's charge made at (Redis's clock)
+// is of a window that has ended by rnow.
+func ended(l limit.Limit, at, rnow int64) bool {
+	if l.Algorithm != limit.FixedWindow {
+		return false
+	}
+	win := l.Fixed().Window.Microseconds()
+	return floorDiv(rnow, win) != floorDiv(at, win)
+}
+
+// settleOwed records the outcome of a call that charged hits admitted on
+// trust: if it failed, they are owed again (for the next sync); if Redis
+// found the bucket past its limit, it gets an entry that refuses it until
+// Redis would have room.
+func (s *Store) settleOwed(o owing, got limit.Result, rnow int64, err error) {
+	sh := &s.shards[maphash.String(s.seed, o.key)%shards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if err != nil {
+		sh.owed = append(sh.owed, o)
+		return
+	}
+	if got.Admitted {
+		return
+	}
+	e, terr := s.entry(sh, limit.Bucket{Key: o.key, Limit: o.limit})
+	if terr != nil || e.forgot {
+		return
+	}
+	e.global, e.dry, e.roomAt = got.State, true, rnow+got.Reset.Microseconds()
 }
 
 // debtChunk bounds the buckets of one call that sends debts.

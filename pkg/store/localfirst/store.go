@@ -6,12 +6,17 @@
 // keeps only the units it was leased and what it last learnt of each.
 //
 // Leases go to buckets that profit: a bucket seen once in an interval or
-// two (the long tail of a per-user limit) is decided on Redis, exactly, by
-// the same batched call as exact mode, and costs what it would cost there;
-// one seen again gets units at the next sync, or, seen a third time or
-// short of its units, by a call in the background that no request waits
-// for. A request waits for at most one Redis call, and only when exact
-// mode would have waited for one too.
+// two (the long tail of a per-user limit) gets none. Under a limit of at
+// least a hundred times the request's hits, its first sighting is admitted
+// on trust, as an empty bucket would be, and its hits are charged on Redis
+// at the next sync, in a batched call, past the limit if need be; if Redis
+// then finds the bucket past its limit, it is refused here until Redis
+// would have room. Under a smaller limit, it is decided on Redis, exactly,
+// by the same batched call as exact mode. Seen again, a bucket is decided
+// on Redis and gets units at the next sync, or, seen a third time or short
+// of its units, by a call in the background that no request waits for. A
+// request waits for at most one Redis call, and only when exact mode would
+// have waited for one too.
 //
 // A lease is charged on Redis like admitted hits, before the replica
 // admits anything with it, so units granted to all replicas together never
@@ -25,7 +30,10 @@
 //   - a leaky bucket's leased units start leaking on Redis when granted,
 //     not when used, so units held for a while let the bucket take that
 //     much more: at most what it drips while units are held, at most
-//     maxHold (eight) intervals.
+//     maxHold (eight) intervals;
+//   - a first sighting admitted on trust may find the bucket full on Redis:
+//     one request past the limit per replica, a hundredth of the limit at
+//     most, each time a replica finds the bucket anew while it is full.
 //
 // A request is all or nothing within a replica: the units of the buckets
 // it decides here are set aside while Redis decides the others, and
@@ -122,6 +130,8 @@ type shard struct {
 	// interval and the one before: a bucket seen again while its hash is
 	// there gets an entry, and a lease at the next sync.
 	seen sightings
+	// owed is the hits admitted on trust, for the next sync to charge.
+	owed []owing
 }
 
 // New returns a store deciding locally against remote's leases and starts

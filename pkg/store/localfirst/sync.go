@@ -49,13 +49,17 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			}
 			s.expire(e, rnow)
 			e.prev, e.demand = e.demand, 0
-			e.dry = false
+			full := e.dry && rnow < e.roomAt
+			e.dry = full // refused until Redis would have room: no asking meanwhile
 			if e.prev > 0 {
 				e.idle = 0
 			} else if e.idle < idleHold {
 				e.idle++
 			}
 			l := s.plan(key, e, rnow, all)
+			if full {
+				l.Ask = 0
+			}
 			if e.stale > 0 {
 				// Set aside by expire, granted at another time: given back
 				// first, in the same call.
@@ -66,7 +70,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				e.busy = busy
 			}
 			if l.Return == 0 && l.Ask == 0 {
-				if e.lease == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold {
+				if e.lease == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold && !full {
 					delete(sh.m, key)
 					s.bytes.Add(-cost(key))
 				}
