@@ -16,20 +16,24 @@
 --
 -- KEYS     the bucket keys of every request in turn, all in one hash slot
 -- ARGV[1]  the time in Unix microseconds, or "" to read the server's TIME
--- ARGV[2]  the number of requests; then for each, its time ("" for
---          ARGV[1]'s), its number of buckets and per bucket 2 arguments:
---          the index of its limit (from 1) and its hits
--- then the limits, 4 arguments each: kind (algorithm*2 + shadow, plus 6
---          for a bucket that charges always) and three parameters; and
---          last their number. The parameters of a leaky bucket (algorithm
---          0) are size, drip rate (microseconds) and drip size; of a
---          sliding window (1) limit, resolution (microseconds) and the
+-- ARGV[2]  the number of requests
+-- ARGV[3]  "1" if each request has its own time, else "0"
+-- ARGV[4]  the number of limits; then per limit 4 arguments: kind
+--          (algorithm*2 + shadow, plus 6 for a bucket that charges always)
+--          and three parameters. The parameters of a leaky bucket
+--          (algorithm 0) are size, drip rate (microseconds) and drip size;
+--          of a sliding window (1) limit, resolution (microseconds) and the
 --          number of sub-windows; of a fixed window (2) limit, window
 --          (microseconds) and 0.
--- Each distinct limit is sent and parsed once per call, and a bucket's
--- arguments are strings compared or looked up, not parsed (hits of "1"
--- need no tonumber): parsing numbers is much of what the arguments cost
--- (5 numbers per bucket took 9% more Redis CPU per request).
+-- then     the number of shapes of request; then per shape its number of
+--          buckets and per bucket the index of its limit (from 1) and its
+--          hits
+-- then     per request, its time if ARGV[3] is "1" ("" for ARGV[1]'s), and
+--          the index of its shape (from 1)
+-- A call's requests are most often of a few shapes: each limit and shape
+-- is sent and parsed once per call, and a request is one argument, looked
+-- up as a string, where it was 2 plus 5 per bucket, each parsed by
+-- tonumber (parsing numbers is much of what arguments cost).
 --
 -- A leaky bucket or a fixed window is stored in 12 bytes, a sliding window
 -- in 7 plus 6 per sub-window, with an expiry (state.lua, state.go).
@@ -44,65 +48,72 @@
 -- bucket took 11% more Redis CPU per request to return than these 2.
 
 local now = time_now(ARGV[1])
+local timed = ARGV[3] == '1'
 
--- The limits, at the end of ARGV: LIM holds each one's algorithm, shadow
--- and always flags and three parameters from offset OFF[its index, as the
--- buckets name it].
-local LIM, OFF = {}, {}
-do
-  local last = #ARGV
-  local nl = tonumber(ARGV[last])
-  local a = last - 4 * nl
-  for s = 1, nl do
-    local o = 6 * s - 6
-    local kind = tonumber(ARGV[a])
-    LIM[o + 1], LIM[o + 2], LIM[o + 3] = floor(kind / 2) % 3, kind % 2 == 1, kind >= 6
-    LIM[o + 4], LIM[o + 5], LIM[o + 6] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    OFF[tostring(s)] = o
-    a = a + 4
-  end
+-- LIM holds each limit's algorithm, shadow and always flags and three
+-- parameters, from offset 6*(index-1); SH each shape's number of buckets,
+-- then per bucket its limit's offset in LIM and its hits, from offset
+-- SHAPE[its index, as requests name it].
+local LIM, SH, SHAPE = {}, {}, {}
+local a = 5 -- the next argument
+for s = 1, tonumber(ARGV[4]) do
+  local o = 6 * s - 6
+  local kind = tonumber(ARGV[a])
+  LIM[o + 1], LIM[o + 2], LIM[o + 3] = floor(kind / 2) % 3, kind % 2 == 1, kind >= 6
+  LIM[o + 4], LIM[o + 5], LIM[o + 6] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  a = a + 4
 end
+local q = 0
+for s = 1, tonumber(ARGV[a]) do
+  local n = tonumber(ARGV[a + 1])
+  SHAPE[tostring(s)] = q
+  SH[q + 1] = n
+  for i = 1, n do
+    local h = ARGV[a + 2 * i + 1]
+    SH[q + 2 * i], SH[q + 2 * i + 1] = 6 * tonumber(ARGV[a + 2 * i]) - 6, h == '1' and 1 or tonumber(h)
+  end
+  q, a = q + 1 + 2 * n, a + 1 + 2 * n
+end
+a = a + 1
 
 -- Each request: read every bucket and decide it, then, once the request's
 -- answer is known (limit.DecideAll's all-or-nothing rule), charge them,
 -- before the next request reads: a bucket two requests of the call share
--- is decided for the second as the first left it. B holds 8 values per
--- bucket: admitted (1/0), the counter, timestamp and TTL the decision
--- leaves, the counter and timestamp read (a sliding window's newest start,
--- its counts in counts), its limit's offset and its hits; stored the
--- values read. They are reused by each request in turn. Flat tables, not
--- a table per bucket or per field: each table a call makes costs Redis
--- time on every request. A bucket that charges always is charged whatever
--- the request's answer, past its limit if the hits do not fit
--- (limit.DecideAll's force).
+-- is decided for the second as the first left it. B holds 4 values per
+-- bucket: admitted (1/0), the counter (a sliding window's newest start as
+-- read, its counts in counts), timestamp and TTL the decision leaves;
+-- stored the values read. They are reused by each request in turn. Flat
+-- tables, not a table per bucket or per field: each table a call makes
+-- costs Redis time on every request. A bucket that charges always is
+-- charged whatever the request's answer, past its limit if the hits do not
+-- fit (limit.DecideAll's force).
 local B, stored, counts = {}, {}, {}
 local windows = false
 local out, k = {}, 0
 local _ -- the values a call returns that are not needed
 local call_now = now
-local key0, arg = 0, 3 -- the keys of the requests before; the ARGV of this one's time
+local key0 = 0 -- the keys of the requests before
 for _ = 1, tonumber(ARGV[2]) do
   now = call_now
-  if ARGV[arg] ~= '' then now = tonumber(ARGV[arg]) end
-  local n = tonumber(ARGV[arg + 1])
-  local arg0 = arg + 2 -- this request's first bucket's arguments
+  if timed then
+    if ARGV[a] ~= '' then now = tonumber(ARGV[a]) end
+    a = a + 1
+  end
+  local q = SHAPE[ARGV[a]]
+  a = a + 1
+  local n = SH[q + 1]
   local flag = k + 1 -- where the request's answer goes
   k = k + 1
   local allowed = true
   for i = 1, n do
     local v = redis.call('GET', KEYS[key0 + i])
     stored[i] = v
-    local a = arg0 + 2 * i - 2
-    local o = OFF[ARGV[a]]
-    local h = ARGV[a + 1]
-    local hits = h == '1' and 1 or tonumber(h) -- the usual hits, not parsed
-    local j = 8 * i - 8
-    B[j + 7], B[j + 8] = o, hits
+    local o, hits = SH[q + 2 * i], SH[q + 2 * i + 1]
+    local j = 4 * i - 4
     local algo = LIM[o + 1]
     local admitted
     if algo == 0 then
       local c, t = load_state(v)
-      B[j + 5], B[j + 6] = c, t
       out[k + 1], out[k + 2] = c, t
       k = k + 2
       admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide(c, t, LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
@@ -113,7 +124,7 @@ for _ = 1, tonumber(ARGV[2]) do
       end
       if algo == SLIDING then
         local start, cs = load_window(v)
-        B[j + 6], counts[i] = start, cs
+        B[j + 2], counts[i] = start, cs
         out[k + 1], out[k + 2] = start, #cs
         k = k + 2
         for m = 1, #cs do
@@ -137,8 +148,8 @@ for _ = 1, tonumber(ARGV[2]) do
 
   for i = 1, n do
     local key = KEYS[key0 + i]
-    local j = 8 * i - 8
-    local o, hits = B[j + 7], B[j + 8]
+    local j = 4 * i - 4
+    local o, hits = SH[q + 2 * i], SH[q + 2 * i + 1]
     local algo, always, p1, p2, p3 = LIM[o + 1], LIM[o + 3], LIM[o + 4], LIM[o + 5], LIM[o + 6]
     if algo == 0 then
       -- Charged if admitted, or left dripped to now, when the request is;
@@ -163,7 +174,7 @@ for _ = 1, tonumber(ARGV[2]) do
       -- A window is charged only by hits, if admitted and the request is,
       -- or if it charges always.
       if algo == SLIDING then
-        local start, cs = charge_sliding(B[j + 6], counts[i], p2, p3, hits, now)
+        local start, cs = charge_sliding(B[j + 2], counts[i], p2, p3, hits, now)
         local ttl = B[j + 4]
         if B[j + 1] == 0 then
           -- Past the limit: the hits are recorded all the same.
@@ -188,7 +199,7 @@ for _ = 1, tonumber(ARGV[2]) do
       end
     end
   end
-  key0, arg = key0 + n, arg0 + 2 * n
+  key0 = key0 + n
 end
 out[k + 1] = call_now
 return out

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +66,7 @@ type scriptRequest struct {
 // instead of 7. The script's answer for each request must be DecideAll's,
 // or the call fails: what it charged would not be what the results say.
 func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs []scriptRequest) (int64, error) {
-	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, reqs, len(keys)))
+	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, reqs))
 	if err != nil {
 		return 0, err
 	}
@@ -137,90 +136,6 @@ func scriptState(vals []int64, algo limit.Algorithm, st *limit.State) ([]int64, 
 	return vals[2+m:], nil
 }
 
-// decideArgs returns the arguments of decide.lua for requests of n
-// buckets in all.
-func decideArgs(now int64, reqs []scriptRequest, n int) []string {
-	// Room for a limit per bucket at most.
-	a := newScriptArgs(3 + 2*len(reqs) + 2*n + 4*min(n, maxLimitSearch))
-	a.now(now)
-	a.int(int64(len(reqs)))
-	limits := make([]scriptLimit, 0, 8)
-	for _, r := range reqs {
-		a.now(r.at)
-		a.int(int64(len(r.buckets)))
-		for _, b := range r.buckets {
-			l := scriptLimitOf(b)
-			i := findLimit(limits, l)
-			if i < 0 {
-				i = len(limits)
-				limits = append(limits, l)
-			}
-			a.int(int64(i + 1))
-			a.int(b.Hits)
-		}
-	}
-	for _, l := range limits {
-		a.int(l.kind)
-		a.int(l.p[0])
-		a.int(l.p[1])
-		a.int(l.p[2])
-	}
-	a.int(int64(len(limits)))
-	return a.strings()
-}
-
-// scriptLimit is a limit as decide.lua takes it: kind (algorithm*2 +
-// shadow, plus 6 for a bucket that charges always) and three parameters.
-// A call sends each distinct limit once, and a bucket names it by its
-// index (from 1).
-type scriptLimit struct {
-	kind int64
-	p    [3]int64
-}
-
-// maxLimitSearch bounds the limits a bucket's is looked for among: a call
-// of many distinct limits sends some twice rather than search them all.
-const maxLimitSearch = 16
-
-// scriptLimitOf returns b's limit as decide.lua takes it.
-func scriptLimitOf(b limit.Bucket) scriptLimit {
-	kind := 2 * int64(b.Limit.Algorithm)
-	if b.Shadow {
-		kind++
-	}
-	if b.Always {
-		kind += 6
-	}
-	return scriptLimit{kind: kind, p: params(b.Limit)}
-}
-
-// findLimit returns the index of l in limits, or -1.
-func findLimit(limits []scriptLimit, l scriptLimit) int {
-	for i := len(limits) - 1; i >= max(0, len(limits)-maxLimitSearch); i-- {
-		if limits[i] == l {
-			return i
-		}
-	}
-	return -1
-}
-
-// params returns the three parameters decide.lua takes for a limit: size,
-// drip rate and drip size of a leaky bucket; limit, resolution and
-// sub-windows of a sliding window; limit, window and 0 of a fixed one.
-// Times are in microseconds; windows are moved into their valid range, as
-// limit.DecideAll reads them.
-func params(l limit.Limit) [3]int64 {
-	switch l.Algorithm {
-	case limit.SlidingWindow:
-		w := l.Sliding()
-		return [3]int64{w.Limit, w.Resolution.Microseconds(), int64(w.SubWindows())}
-	case limit.FixedWindow:
-		w := l.Fixed()
-		return [3]int64{w.Limit, w.Window.Microseconds(), 0}
-	}
-	return [3]int64{l.Size, l.DripRate.Microseconds(), l.DripSize}
-}
-
 func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]limit.State, int64, error) {
 	a := newScriptArgs(1 + 6*len(changes))
 	a.now(now)
@@ -272,42 +187,6 @@ func (scriptExec) state(read goredis.Cmder, algo limit.Algorithm) limit.State {
 	}
 	st, _ := decode(cmd.Val())
 	return st
-}
-
-// scriptArgs formats a script's numeric arguments into one buffer, made
-// into strings with one allocation: formatting (or boxing) each number on
-// its own would allocate it.
-type scriptArgs struct {
-	buf  []byte
-	ends []int
-}
-
-func newScriptArgs(n int) *scriptArgs {
-	return &scriptArgs{buf: make([]byte, 0, 12*n), ends: make([]int, 0, n)}
-}
-
-func (a *scriptArgs) int(v int64) {
-	a.buf = strconv.AppendInt(a.buf, v, 10)
-	a.ends = append(a.ends, len(a.buf))
-}
-
-// now adds the time argument: now, or empty for the server's clock.
-func (a *scriptArgs) now(now int64) {
-	if now < 0 {
-		a.ends = append(a.ends, len(a.buf))
-		return
-	}
-	a.int(now)
-}
-
-func (a *scriptArgs) strings() []string {
-	all := string(a.buf)
-	out := make([]string, len(a.ends))
-	start := 0
-	for i, end := range a.ends {
-		out[i], start = all[start:end], end
-	}
-	return out
 }
 
 // noRetry marks a command that must not be sent twice: a script whose
