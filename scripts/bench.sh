@@ -14,6 +14,7 @@
 #     each, PICK uniform, turn or zipfS (S the Zipf exponent, above 1), as
 #     rls-bench load's -pick; KEYS BENCH_KEYS (10000) when left out
 #   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
+#   BENCH_FIRST_WARMUP (8s: the warmup of each workload's first round)
 #   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)
 #   BENCH_DESCRIPTOR ('user=u%d,action=a%d')
 #   BENCH_SYNC_INTERVALS ('100ms 1s': a local-first target local-X, with
@@ -34,6 +35,9 @@ set -euo pipefail
 
 duration=${BENCH_DURATION:-10s}
 warmup=${BENCH_WARMUP:-2s}
+# The first round of a workload warms its fresh servers longer: a
+# local-first replica needs a few sync intervals to lease its hot buckets.
+first_warmup=${BENCH_FIRST_WARMUP:-8s}
 rounds=${BENCH_ROUNDS:-3}
 concurrency=${BENCH_CONCURRENCY:-64}
 conns=${BENCH_CONNS:-4}
@@ -294,7 +298,9 @@ for spec in $workloads; do
 			read -r sent0 all0 _ < <(commands)
 			server0=$(cpu_us "${pid[$t]}")
 			redis0=$(cpu_us "$redis_pid")
-			"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$warmup" \
+			w=$warmup
+			if [[ $round == 1 ]]; then w=$first_warmup; fi
+			"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$w" \
 				-c "$concurrency" -conns "$conns" -keys "$wl_keys" "${wl_flags[@]}" -descriptor "$descriptor" \
 				-format tsv >"$work/out.tsv"
 			server1=$(cpu_us "${pid[$t]}")
@@ -335,7 +341,7 @@ done
 
 echo
 echo "envoy-rls benchmark: $(nproc) CPUs, Redis $redis_version; c=$concurrency over $conns connections," \
-	"descriptor $descriptor; rounds: $rounds of $duration (after $warmup warmup) per workload, on fresh servers; medians"
+	"descriptor $descriptor; rounds: $rounds of $duration (after $warmup warmup, $first_warmup in the first) per workload, on fresh servers; medians"
 for spec in $workloads; do
 	parse_workload "$spec"
 	case $wl in
