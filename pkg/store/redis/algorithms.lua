@@ -10,7 +10,9 @@ local SLIDING, FIXED = 1, 2
 
 -- floor(a / b) is exact for integers 0 <= a <= MAX, 1 <= b <= MAX: the
 -- double quotient is rounded, but within this range never up to the next
--- integer.
+-- integer. A leaky bucket's path writes floor(q) as q - q % 1, the same
+-- double without calling math.floor (a C function, dearer than the
+-- arithmetic).
 
 -- drain_time is how long until n units have dripped out, the first drip
 -- being since into its period.
@@ -18,7 +20,8 @@ local function drain_time(n, drip_size, rate, since)
   if n <= 0 then
     return 0
   end
-  local drips = floor(n / drip_size)
+  local drips = n / drip_size
+  drips = drips - drips % 1
   if drips * drip_size < n then drips = drips + 1 end
   local t = drips * rate
   if t > MAX then t = MAX end
@@ -27,13 +30,13 @@ local function drain_time(n, drip_size, rate, since)
   return t
 end
 
--- decide is leaky.Bucket.Decide: it returns admitted (1/0), counter, timestamp,
--- remaining, clear, reset and ttl.
-local function decide(counter, ts, size, rate, drip_size, hits, now)
-  -- Out-of-range values read as their nearest valid value (leaky.Bucket.Clamped).
-  if size < 0 then size = 0 elseif size > MAXSIZE then size = MAXSIZE end
-  if rate < 1 then rate = 1 elseif rate > MAX then rate = MAX end
-  if drip_size < 1 then drip_size = 1 elseif drip_size > MAXSIZE then drip_size = MAXSIZE end
+-- leak is the first steps of leaky.Bucket.Decide: it drips the bucket to
+-- now and charges the hits if they fit, and returns admitted (1/0), the
+-- counter and timestamp, the time since the last drip and how long the
+-- bucket must be kept (its TTL: until it has drained, plus one drip; 0
+-- when empty). The parameters are valid (leaky.Bucket.Clamped: params in
+-- args.go sends them so); the state and hits are moved into range here.
+local function leak(counter, ts, size, rate, drip_size, hits, now)
   if counter < 0 then counter = 0 elseif counter > MAX then counter = MAX end
   if ts > MAX then ts = MAX elseif ts < -MAX then ts = -MAX end
   if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
@@ -43,8 +46,10 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
   -- 1. Drip: whole drips since the last one leave the bucket. If time went
   -- backwards (since < 0), nothing leaks until it has caught up.
   if counter > 0 and since > 0 then
-    local drips = floor(since / rate)
-    local full = floor(counter / drip_size)
+    local drips = since / rate
+    drips = drips - drips % 1
+    local full = counter / drip_size
+    full = full - full % 1
     if full * drip_size < counter then full = full + 1 end
     if drips >= full then
       counter = 0
@@ -71,6 +76,29 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
     counter = counter + hits
   end
 
+  -- The TTL: drain_time's, written out (a call per bucket costs Redis).
+  local ttl = 0
+  if counter > 0 then
+    local drips = counter / drip_size
+    drips = drips - drips % 1
+    if drips * drip_size < counter then drips = drips + 1 end
+    ttl = drips * rate
+    if ttl > MAX then ttl = MAX end
+    ttl = ttl - since
+    if ttl > MAX then ttl = MAX end
+    ttl = ttl + rate
+    if ttl > MAX then ttl = MAX end
+  end
+  return admitted, counter, ts, since, ttl
+end
+
+-- decide is leaky.Bucket.Decide: it returns admitted (1/0), counter,
+-- timestamp, remaining, clear, reset and ttl. decide.lua needs only what
+-- leak returns.
+local function decide(counter, ts, size, rate, drip_size, hits, now)
+  local admitted, since, ttl
+  admitted, counter, ts, since, ttl = leak(counter, ts, size, rate, drip_size, hits, now)
+
   -- 3. Report.
   local clear = drain_time(counter, drip_size, rate, since)
   local remaining = 0
@@ -85,11 +113,6 @@ local function decide(counter, ts, size, rate, drip_size, hits, now)
       reset = clear + rate
       if reset > MAX then reset = MAX end
     end
-  end
-  local ttl = 0
-  if counter > 0 then
-    ttl = clear + rate
-    if ttl > MAX then ttl = MAX end
   end
   return admitted, counter, ts, remaining, clear, reset, ttl
 end

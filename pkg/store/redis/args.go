@@ -127,8 +127,8 @@ func findShape(shapes []int64, starts []int, start int) int {
 // params returns the three parameters decide.lua takes for a limit: size,
 // drip rate and drip size of a leaky bucket; limit, resolution and
 // sub-windows of a sliding window; limit, window and 0 of a fixed one.
-// Times are in microseconds; windows are moved into their valid range, as
-// limit.DecideAll reads them.
+// Times are in microseconds; every limit is moved into its valid range, as
+// limit.DecideAll reads it (the scripts do not check).
 func params(l limit.Limit) [3]int64 {
 	switch l.Algorithm {
 	case limit.SlidingWindow:
@@ -138,7 +138,8 @@ func params(l limit.Limit) [3]int64 {
 		w := l.Fixed()
 		return [3]int64{w.Limit, w.Window.Microseconds(), 0}
 	}
-	return [3]int64{l.Size, l.DripRate.Microseconds(), l.DripSize}
+	b := l.Leaky().Clamped()
+	return [3]int64{b.Size, b.DripRate.Microseconds(), b.DripSize}
 }
 
 // scriptArgs formats a script's numeric arguments into one buffer, made

@@ -106,7 +106,7 @@ for _ = 1, tonumber(ARGV[2]) do
   k = k + 1
   local allowed = true
   for i = 1, n do
-    local v = redis.call('GET', KEYS[key0 + i])
+    local v = rcall('GET', KEYS[key0 + i])
     stored[i] = v
     local o, hits = SH[q + 2 * i], SH[q + 2 * i + 1]
     local j = 4 * i - 4
@@ -116,7 +116,7 @@ for _ = 1, tonumber(ARGV[2]) do
       local c, t = load_state(v)
       out[k + 1], out[k + 2] = c, t
       k = k + 2
-      admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide(c, t, LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
+      admitted, B[j + 2], B[j + 3], _, B[j + 4] = leak(c, t, LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
     else
       if not windows then
         windows = true
@@ -161,13 +161,13 @@ for _ = 1, tonumber(ARGV[2]) do
           -- bucket as the decision dripped it.
           c = c + hits
           if c > MAXSIZE then c = MAXSIZE end
-          _, c, t, _, _, _, ttl = decide(c, t, p1, p2, p3, 0, now)
+          _, c, t, _, ttl = leak(c, t, p1, p2, p3, 0, now)
         end
         if ttl > 0 then
           -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
           store_state(key, c, t, 'PX', ceil(ttl / 1000))
         elseif stored[i] then
-          redis.call('DEL', key) -- empty: nothing to keep
+          rcall('DEL', key) -- empty: nothing to keep
         end
       end
     elseif hits ~= 0 and (always or (allowed and B[j + 1] == 1)) then
@@ -194,7 +194,7 @@ for _ = 1, tonumber(ARGV[2]) do
           -- Kept until the window ends (ms, rounded up).
           store_state(key, c, t, 'PX', ceil(ttl / 1000))
         elseif stored[i] then
-          redis.call('DEL', key) -- a refund emptied it
+          rcall('DEL', key) -- a refund emptied it
         end
       end
     end

@@ -36,7 +36,7 @@ for i = 1, #KEYS do
   local ret, at, ask = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   if ret < 0 then ret = 0 elseif ret > MAX then ret = MAX end
   if ask < 0 then ask = 0 elseif ask > MAX then ask = MAX end
-  local v = redis.call('GET', key)
+  local v = rcall('GET', key)
   local granted, c, t, wait = 0, 0, 0, 0
   if algo == 0 then
     c, t = load_state(v)
@@ -55,7 +55,7 @@ for i = 1, #KEYS do
       if ttl > 0 then
         store_state(key, c, t, 'PX', ceil(ttl / 1000))
       elseif v then
-        redis.call('DEL', key)
+        rcall('DEL', key)
       end
     end
   else
@@ -90,7 +90,7 @@ for i = 1, #KEYS do
         if c > 0 then
           store_state(key, c, t, 'KEEPTTL')
         else
-          redis.call('DEL', key)
+          rcall('DEL', key)
         end
       end
       local admitted, after, cur, remaining, _, _, ttl = decide_fixed(c, t, p1, p2, 0, now)

@@ -2,6 +2,8 @@
 -- bucket is stored, and the time decided at.
 
 local floor, ceil, tonumber = math.floor, math.ceil, tonumber
+-- Redis's and struct's functions, looked up once per call, not per bucket.
+local rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
 local MAX = 9007199254740992 -- 2^53: every value stays within it, exact in a double
 local MAXSIZE = 1099511627776 -- leaky.MaxSize, 2^40
 local LOW = 281474976710656 -- 2^48
@@ -13,8 +15,9 @@ local function load_state(v)
   if not v or #v ~= 12 then
     return 0, 0
   end
-  local hi, lo = struct.unpack('>I6I6', v)
-  return floor(hi / 128), ((hi % 128) - 32) * LOW + lo
+  local hi, lo = sunpack('>I6I6', v)
+  local top = hi % 128
+  return (hi - top) / 128, (top - 32) * LOW + lo
 end
 
 -- store_state sets key to a state; the rest of the arguments go to SET (the
@@ -22,8 +25,9 @@ end
 local function store_state(key, counter, ts, ...)
   if counter > MAXSIZE then counter = MAXSIZE elseif counter < 0 then counter = 0 end
   if ts > MAX then ts = MAX elseif ts < -MAX then ts = -MAX end
-  local top = floor(ts / LOW)
-  redis.call('SET', key, struct.pack('>I6I6', counter * 128 + top + 32, ts - top * LOW), ...)
+  local top = ts / LOW
+  top = top - top % 1
+  rcall('SET', key, spack('>I6I6', counter * 128 + top + 32, ts - top * LOW), ...)
 end
 
 -- A sliding window is stored as the start of its newest sub-window (Unix
@@ -40,11 +44,11 @@ local function define_window_state()
       return 0, {}
     end
     local m = (#v - 7) / 6
-    local start, pos = struct.unpack('>I7', v)
+    local start, pos = sunpack('>I7', v)
     if m == 0 then
       return start, {}
     end
-    local cs = {struct.unpack('>' .. string.rep('I6', m), v, pos)}
+    local cs = {sunpack('>' .. string.rep('I6', m), v, pos)}
     cs[m + 1] = nil -- the position after the last count
     return start, cs
   end
@@ -59,11 +63,11 @@ local function define_window_state()
     end
     if m == 0 then
       if stored then
-        redis.call('DEL', key)
+        rcall('DEL', key)
       end
       return
     end
-    redis.call('SET', key, struct.pack('>I7' .. string.rep('I6', m), start, unpack(cs, 1, m)), ...)
+    rcall('SET', key, spack('>I7' .. string.rep('I6', m), start, unpack(cs, 1, m)), ...)
   end
 end
 
@@ -75,6 +79,6 @@ local function time_now(given)
   end
   -- Redis before 5 must be told to replicate effects to write after TIME.
   if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
+  local t = rcall('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end

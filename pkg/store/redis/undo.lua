@@ -23,7 +23,7 @@ local out, k = {}, 0
 for i = 1, #KEYS do
   local a = 2 + 6 * (i - 1)
   local algo = tonumber(ARGV[a])
-  local v = redis.call('GET', KEYS[i])
+  local v = rcall('GET', KEYS[i])
   local c, t
   if algo == 1 then
     -- Sliding window: less the hits in the sub-window they went to.
@@ -50,7 +50,7 @@ for i = 1, #KEYS do
       c = c - hits
       if c <= 0 then
         c, t = 0, 0
-        redis.call('DEL', KEYS[i])
+        rcall('DEL', KEYS[i])
       else
         store_state(KEYS[i], c, t, 'KEEPTTL')
       end
@@ -66,7 +66,7 @@ for i = 1, #KEYS do
       if c > 0 then
         store_state(KEYS[i], c, t, 'PX', before_ttl)
       elseif v then
-        redis.call('DEL', KEYS[i])
+        rcall('DEL', KEYS[i])
       end
     else
       -- Changed since: less what the charge added.
@@ -74,7 +74,7 @@ for i = 1, #KEYS do
       if c <= 0 then
         c, t = 0, 0
         if v then
-          redis.call('DEL', KEYS[i])
+          rcall('DEL', KEYS[i])
         end
       elseif v then
         store_state(KEYS[i], c, t, 'KEEPTTL')
