@@ -165,7 +165,7 @@ for _ = 1, tonumber(ARGV[2]) do
         end
         if ttl > 0 then
           -- Keep the bucket until it has drained, plus one drip (ms, rounded up).
-          store_state(key, c, t, 'PX', ceil(ttl / 1000))
+          store_state(key, c, t, 'PX', px(ttl))
         elseif stored[i] then
           rcall('DEL', key) -- empty: nothing to keep
         end
@@ -181,7 +181,7 @@ for _ = 1, tonumber(ARGV[2]) do
           _, _, _, _, _, _, ttl = decide_sliding(start, cs, p1, p2, p3, 0, now)
         end
         -- Kept until the newest hits have left the window (ms, rounded up).
-        store_window(key, stored[i], start, cs, 'PX', ceil(ttl / 1000))
+        store_window(key, stored[i], start, cs, 'PX', px(ttl))
       else
         local c, t, ttl = B[j + 2], B[j + 3], B[j + 4]
         if B[j + 1] == 0 then
@@ -192,7 +192,7 @@ for _ = 1, tonumber(ARGV[2]) do
         end
         if ttl > 0 then
           -- Kept until the window ends (ms, rounded up).
-          store_state(key, c, t, 'PX', ceil(ttl / 1000))
+          store_state(key, c, t, 'PX', px(ttl))
         elseif stored[i] then
           rcall('DEL', key) -- a refund emptied it
         end

@@ -53,7 +53,7 @@ for i = 1, #KEYS do
     if fits == 0 then wait = reset end
     if granted > 0 or ret > 0 then
       if ttl > 0 then
-        store_state(key, c, t, 'PX', ceil(ttl / 1000))
+        store_state(key, c, t, 'PX', px(ttl))
       elseif v then
         rcall('DEL', key)
       end
@@ -75,7 +75,7 @@ for i = 1, #KEYS do
       if granted > 0 then
         _, after, cur, _, _, _, ttl = decide_sliding(start, cs, p1, p2, p3, granted, now)
         start, cs = charge_sliding(start, cs, p2, p3, granted, now)
-        store_window(key, v, start, cs, 'PX', ceil(ttl / 1000))
+        store_window(key, v, start, cs, 'PX', px(ttl))
       elseif ret > 0 then
         store_window(key, v, start, cs, 'KEEPTTL')
       end
@@ -97,7 +97,7 @@ for i = 1, #KEYS do
       granted = grant(admitted, ask, remaining)
       if granted > 0 then
         _, after, cur, _, _, _, ttl = decide_fixed(c, t, p1, p2, granted, now)
-        store_state(key, after, cur, 'PX', ceil(ttl / 1000))
+        store_state(key, after, cur, 'PX', px(ttl))
       end
       c, t = after, cur
       local fits, _, _, _, _, reset = decide_fixed(c, t, p1, p2, 1, now)

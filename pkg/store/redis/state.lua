@@ -1,7 +1,7 @@
 -- envoy-rls: what decide.lua and undo.lua share (prepended to each): how a
 -- bucket is stored, and the time decided at.
 
-local floor, ceil, tonumber = math.floor, math.ceil, tonumber
+local floor, tonumber, format = math.floor, tonumber, string.format
 -- Redis's and struct's functions, looked up once per call, not per bucket.
 local rcall, spack, sunpack = redis.call, struct.pack, struct.unpack
 local MAX = 9007199254740992 -- 2^53: every value stays within it, exact in a double
@@ -18,6 +18,15 @@ local function load_state(v)
   local hi, lo = sunpack('>I6I6', v)
   local top = hi % 128
   return (hi - top) / 128, (top - 32) * LOW + lo
+end
+
+-- px returns a TTL in microseconds as SET's PX takes it, in whole
+-- milliseconds rounded up: a string from string.format, which costs Redis
+-- less than a Lua number, which it prints with %.17g. ceil(x) is -floor(-x),
+-- and floor(q) q - q % 1 (the same double, without calling a function).
+local function px(us)
+  local ms = -us / 1000
+  return format('%d', ms % 1 - ms)
 end
 
 -- store_state sets key to a state; the rest of the arguments go to SET (the
