@@ -197,7 +197,10 @@ func (r *request) tracked() bool {
 // keys each seen now and then costs this replica no more than exact mode:
 // no entry, no allocation.
 func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (*entry, sighting) {
-	if e := sh.m[b.Key]; e != nil {
+	if e := sh.m[h]; e != nil {
+		if e.key != b.Key {
+			return nil, untracked // another key of that hash holds the place
+		}
 		if e.limit != b.Limit {
 			e.reload(b.Limit)
 		}
@@ -206,7 +209,7 @@ func (s *Store) track(sh *shard, h uint64, b limit.Bucket) (*entry, sighting) {
 	if !sh.sighted(h) {
 		return nil, unseen
 	}
-	e, err := s.entry(sh, b)
+	e, err := s.entry(sh, h, b)
 	if err != nil {
 		return nil, untracked // the table is full: decided on Redis, exactly
 	}
@@ -511,7 +514,7 @@ func (s *Store) keepCharges(now time.Time, r *request) {
 func (s *Store) addDebt(r *request, i int, rnow int64) {
 	b, e := r.buckets[i], r.entries[i]
 	if e == nil {
-		e, _ = s.entry(&s.shards[r.hashes[i]%shards], b)
+		e, _ = s.entry(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
 	}
 	if e == nil {
 		s.lost.Add(uint64(b.Hits))

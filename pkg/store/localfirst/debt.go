@@ -117,7 +117,7 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for key, e := range sh.m {
+		for _, e := range sh.m {
 			if e.debt == 0 {
 				continue
 			}
@@ -126,7 +126,7 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 				continue
 			}
 			debts = append(debts, debt{index: len(buckets), entry: e, hits: e.debt})
-			buckets = append(buckets, limit.Bucket{Key: key, Limit: e.limit, Hits: e.debt, Always: true})
+			buckets = append(buckets, limit.Bucket{Key: e.key, Limit: e.limit, Hits: e.debt, Always: true})
 			e.debt = 0
 			e.paying++
 		}
@@ -173,7 +173,8 @@ func ended(l limit.Limit, at, rnow int64) bool {
 // found the bucket past its limit, it gets an entry that refuses it until
 // Redis would have room.
 func (s *Store) settleOwed(o owing, got limit.Result, rnow int64, err error) {
-	sh := &s.shards[maphash.String(s.seed, o.key)%shards]
+	h := maphash.String(s.seed, o.key)
+	sh := &s.shards[h%shards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if err != nil {
@@ -183,7 +184,7 @@ func (s *Store) settleOwed(o owing, got limit.Result, rnow int64, err error) {
 	if got.Admitted {
 		return
 	}
-	e, terr := s.entry(sh, limit.Bucket{Key: o.key, Limit: o.limit})
+	e, terr := s.entry(sh, h, limit.Bucket{Key: o.key, Limit: o.limit})
 	if terr != nil || e.forgot {
 		return
 	}

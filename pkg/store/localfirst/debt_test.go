@@ -2,6 +2,7 @@ package localfirst
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
 	"testing"
 	"time"
@@ -105,9 +106,9 @@ func leaseOf(s *Store, key string) int64 {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		e := sh.m[key]
+		e := sh.m[maphash.String(s.seed, key)]
 		sh.mu.Unlock()
-		if e != nil {
+		if e != nil && e.key == key {
 			return e.lease
 		}
 	}

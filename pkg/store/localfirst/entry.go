@@ -9,6 +9,7 @@ import (
 
 // entry is one bucket as this replica knows it.
 type entry struct {
+	key   string
 	limit limit.Limit
 	// lease is the units this replica may admit without asking Redis;
 	// leasedAt is Redis's time of the grant they came from.
@@ -50,10 +51,13 @@ type entry struct {
 	paying int
 }
 
-// entry returns the entry of bucket b, made if new; an error if the table
-// is full.
-func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
-	e := sh.m[b.Key]
+// entry returns the entry of bucket b, whose key hashes to h, made if new;
+// an error if the table is full, or holds another key of that hash.
+func (s *Store) entry(sh *shard, h uint64, b limit.Bucket) (*entry, error) {
+	e := sh.m[h]
+	if e != nil && e.key != b.Key {
+		return nil, errFull // two keys of one hash: the second is not tracked
+	}
 	if e != nil && e.limit == b.Limit {
 		return e, nil
 	}
@@ -62,8 +66,8 @@ func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
 			return nil, errFull
 		}
 		s.bytes.Add(cost(b.Key))
-		e = &entry{}
-		sh.m[b.Key] = e
+		e = &entry{key: b.Key}
+		sh.m[h] = e
 	}
 	if e.limit != b.Limit {
 		e.reload(b.Limit)
@@ -75,7 +79,7 @@ func (s *Store) entry(sh *shard, b limit.Bucket) (*entry, error) {
 // one is not this one's. It is left to leak or expire on Redis. A debt is
 // kept: it is usage of the bucket's key, whatever its limit now.
 func (e *entry) reload(l limit.Limit) {
-	*e = entry{limit: l, busy: e.busy, forgot: e.forgot, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1}
+	*e = entry{key: e.key, limit: l, busy: e.busy, forgot: e.forgot, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1}
 }
 
 var errFull = errors.New("local-first store: the local table is full")

@@ -52,9 +52,10 @@ func (s *Store) forget(keys []string) {
 		return
 	}
 	for _, k := range keys {
-		sh := &s.shards[maphash.String(s.seed, k)%shards]
+		h := maphash.String(s.seed, k)
+		sh := &s.shards[h%shards]
 		sh.mu.Lock()
-		if e := sh.m[k]; e != nil {
+		if e := sh.m[h]; e != nil && e.key == k {
 			// The units were charged to a bucket that is gone: using them
 			// would admit past the limit of the new one.
 			e.lease, e.stale, e.dry, e.global = 0, 0, false, limit.State{}

@@ -125,7 +125,7 @@ type Store struct {
 
 type shard struct {
 	mu sync.Mutex
-	m  map[string]*entry
+	m  map[uint64]*entry // by the key's hash; an entry holds its key
 	// seen holds the hashes of the buckets without an entry seen in this
 	// interval and the one before: a bucket seen again while its hash is
 	// there gets an entry, and a lease at the next sync.
@@ -155,7 +155,7 @@ func New(remote Remote, opts Options) (*Store, error) {
 	s := &Store{remote: remote, interval: opts.Interval, timeout: opts.SyncTimeout, maxBytes: opts.MaxBytes,
 		log: opts.Logger, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range s.shards {
-		s.shards[i].m = map[string]*entry{}
+		s.shards[i].m = map[uint64]*entry{}
 		s.shards[i].seen = newSightings()
 	}
 	s.nextSync.Store(time.Now().Add(opts.Interval).UnixMicro())

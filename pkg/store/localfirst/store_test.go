@@ -154,9 +154,10 @@ var tenPerSecond = limit.Limit{Size: 10, DripRate: 100 * time.Millisecond, DripS
 // the interval with b.Hits of demand, without charging b on Redis.
 func warm(t *testing.T, s *Store, now time.Time, b limit.Bucket) {
 	t.Helper()
-	sh := &s.shards[maphash.String(s.seed, b.Key)%shards]
+	h := maphash.String(s.seed, b.Key)
+	sh := &s.shards[h%shards]
 	sh.mu.Lock()
-	e, err := s.entry(sh, b)
+	e, err := s.entry(sh, h, b)
 	if err == nil {
 		e.demand += b.Hits
 	}
@@ -385,7 +386,7 @@ func TestFixedWindowLeaseEndsWithItsWindow(t *testing.T) {
 
 func shardOf(s *Store, key string) uint32 {
 	for i := range s.shards {
-		if _, ok := s.shards[i].m[key]; ok {
+		if _, ok := s.shards[i].m[maphash.String(s.seed, key)]; ok {
 			return uint32(i)
 		}
 	}

@@ -43,7 +43,8 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.rotate()
-		for key, e := range sh.m {
+		for h, e := range sh.m {
+			key := e.key
 			if e.busy != nil {
 				continue // its own call is out; it syncs next time
 			}
@@ -71,7 +72,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			}
 			if l.Return == 0 && l.Ask == 0 {
 				if e.lease == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold && !full {
-					delete(sh.m, key)
+					delete(sh.m, h)
 					s.bytes.Add(-cost(key))
 				}
 				continue
