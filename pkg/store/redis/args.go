@@ -33,11 +33,10 @@ func decideArgs(now int64, reqs []scriptRequest) []string {
 		start := len(shapes)
 		shapes = append(shapes, int64(len(r.buckets)))
 		for _, b := range r.buckets {
-			l := scriptLimitOf(b)
-			i := findLimit(limits, l)
+			i := findLimit(limits, b)
 			if i < 0 {
 				i = len(limits)
-				limits = append(limits, l)
+				limits = append(limits, scriptLimitOf(b))
 			}
 			shapes = append(shapes, int64(i+1), b.Hits)
 		}
@@ -50,39 +49,78 @@ func decideArgs(now int64, reqs []scriptRequest) []string {
 		}
 		shapeOf = append(shapeOf, i)
 	}
-	a := newScriptArgs(5 + 4*len(limits) + len(shapes) + 2*len(reqs))
-	a.now(now)
-	a.int(int64(len(reqs)))
+	// The arguments' text and where each ends, on the stack for most calls
+	// (only the strings made of them are kept): appended to by value, as a
+	// store through a pointer would move them to the heap.
+	var (
+		textArr [768]byte
+		endsArr [96]int
+	)
+	text, ends := textArr[:0], endsArr[:0]
+	if n := 5 + 4*len(limits) + len(shapes) + 2*len(reqs); n > len(endsArr) {
+		text, ends = make([]byte, 0, 12*n), make([]int, 0, n)
+	}
+	text, ends = appendTime(text, ends, now)
+	text, ends = appendArg(text, ends, int64(len(reqs)))
 	if timed {
-		a.int(1)
+		text, ends = appendArg(text, ends, 1)
 	} else {
-		a.int(0)
+		text, ends = appendArg(text, ends, 0)
 	}
-	a.int(int64(len(limits)))
+	text, ends = appendArg(text, ends, int64(len(limits)))
 	for _, l := range limits {
-		a.int(l.kind)
-		a.int(l.p[0])
-		a.int(l.p[1])
-		a.int(l.p[2])
+		text, ends = appendArg(text, ends, l.kind)
+		text, ends = appendArg(text, ends, l.p[0])
+		text, ends = appendArg(text, ends, l.p[1])
+		text, ends = appendArg(text, ends, l.p[2])
 	}
-	a.int(int64(len(starts)))
+	text, ends = appendArg(text, ends, int64(len(starts)))
 	for _, v := range shapes {
-		a.int(v)
+		text, ends = appendArg(text, ends, v)
 	}
 	for i, r := range reqs {
 		if timed {
-			a.now(r.at)
+			text, ends = appendTime(text, ends, r.at)
 		}
-		a.int(int64(shapeOf[i] + 1))
+		text, ends = appendArg(text, ends, int64(shapeOf[i]+1))
 	}
-	return a.strings()
+	return argStrings(text, ends)
 }
 
-// scriptLimit is a limit as decide.lua takes it: kind (algorithm*2 +
-// shadow, plus 6 for a bucket that charges always) and three parameters.
+// appendArg appends a numeric argument to text, and where it ends to ends.
+func appendArg(text []byte, ends []int, v int64) ([]byte, []int) {
+	text = strconv.AppendInt(text, v, 10)
+	return text, append(ends, len(text))
+}
+
+// appendTime appends the time argument: t, or empty for the server's clock.
+func appendTime(text []byte, ends []int, t int64) ([]byte, []int) {
+	if t < 0 {
+		return text, append(ends, len(text))
+	}
+	return appendArg(text, ends, t)
+}
+
+// argStrings returns the arguments: text cut at ends, in one allocation
+// (and one for the slice).
+func argStrings(text []byte, ends []int) []string {
+	all := string(text)
+	out := make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		out[i], start = all[start:end], end
+	}
+	return out
+}
+
+// scriptLimit is a bucket's limit as decide.lua takes it: kind
+// (algorithm*2 + shadow, plus 6 for a bucket that charges always) and
+// three parameters, made from of, shadow and always.
 type scriptLimit struct {
-	kind int64
-	p    [3]int64
+	kind           int64
+	p              [3]int64
+	of             limit.Limit
+	shadow, always bool
 }
 
 // maxSearch bounds the limits or shapes a new one is looked for among: a
@@ -98,13 +136,15 @@ func scriptLimitOf(b limit.Bucket) scriptLimit {
 	if b.Always {
 		kind += 6
 	}
-	return scriptLimit{kind: kind, p: params(b.Limit)}
+	return scriptLimit{kind: kind, p: params(b.Limit), of: b.Limit, shadow: b.Shadow, always: b.Always}
 }
 
-// findLimit returns the index of l in limits, or -1.
-func findLimit(limits []scriptLimit, l scriptLimit) int {
+// findLimit returns the index of b's limit in limits, or -1. It compares
+// the limits as given, not as sent: most buckets' limit is one already
+// there, and its parameters need not be worked out again.
+func findLimit(limits []scriptLimit, b limit.Bucket) int {
 	for i := len(limits) - 1; i >= max(0, len(limits)-maxSearch); i-- {
-		if limits[i] == l {
+		if l := &limits[i]; l.of == b.Limit && l.shadow == b.Shadow && l.always == b.Always {
 			return i
 		}
 	}
@@ -155,25 +195,14 @@ func newScriptArgs(n int) *scriptArgs {
 }
 
 func (a *scriptArgs) int(v int64) {
-	a.buf = strconv.AppendInt(a.buf, v, 10)
-	a.ends = append(a.ends, len(a.buf))
+	a.buf, a.ends = appendArg(a.buf, a.ends, v)
 }
 
 // now adds the time argument: now, or empty for the server's clock.
 func (a *scriptArgs) now(now int64) {
-	if now < 0 {
-		a.ends = append(a.ends, len(a.buf))
-		return
-	}
-	a.int(now)
+	a.buf, a.ends = appendTime(a.buf, a.ends, now)
 }
 
 func (a *scriptArgs) strings() []string {
-	all := string(a.buf)
-	out := make([]string, len(a.ends))
-	start := 0
-	for i, end := range a.ends {
-		out[i], start = all[start:end], end
-	}
-	return out
+	return argStrings(a.buf, a.ends)
 }

@@ -1,6 +1,10 @@
 package redis
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
 
 // DefaultPrefix starts every Redis key the store writes.
 const DefaultPrefix = "rls:"
@@ -16,20 +20,47 @@ const DefaultPrefix = "rls:"
 // choose the tag; and whatever the bucket key, the Redis key determines it
 // (the inserted '}' sits just before its second '|', or at the end).
 func redisKey(prefix, bucketKey string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(bucketKey) + 2)
+	writeRedisKey(&b, prefix, bucketKey)
+	return b.String()
+}
+
+// writeRedisKey writes the Redis key of a bucket to b:
+// len(prefix)+len(bucketKey)+2 bytes.
+func writeRedisKey(b *strings.Builder, prefix, bucketKey string) {
 	tagEnd := len(bucketKey)
 	if first := strings.IndexByte(bucketKey, '|'); first >= 0 {
 		if second := strings.IndexByte(bucketKey[first+1:], '|'); second >= 0 {
 			tagEnd = first + 1 + second
 		}
 	}
-	var b strings.Builder
-	b.Grow(len(prefix) + len(bucketKey) + 2)
 	b.WriteString(prefix)
 	b.WriteByte('{')
 	b.WriteString(bucketKey[:tagEnd])
 	b.WriteByte('}')
 	b.WriteString(bucketKey[tagEnd:])
-	return b.String()
+}
+
+// bucketKeys returns the Redis keys of buckets, all in one string's memory
+// (one allocation rather than one per key).
+func bucketKeys(prefix string, buckets []limit.Bucket) []string {
+	n := 0
+	for _, bk := range buckets {
+		n += len(prefix) + len(bk.Key) + 2
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, bk := range buckets {
+		writeRedisKey(&b, prefix, bk.Key)
+	}
+	all := b.String()
+	keys := make([]string, len(buckets))
+	for i, bk := range buckets {
+		size := len(prefix) + len(bk.Key) + 2
+		keys[i], all = all[:size], all[size:]
+	}
+	return keys
 }
 
 // slotCount is the number of hash slots of a Redis Cluster.

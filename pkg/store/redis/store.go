@@ -276,11 +276,7 @@ func (s *Store) at(now time.Time) int64 {
 
 // keys returns the Redis keys of buckets.
 func (s *Store) keys(buckets []limit.Bucket) []string {
-	keys := make([]string, len(buckets))
-	for i, b := range buckets {
-		keys[i] = redisKey(s.keyPrefix, b.Key)
-	}
-	return keys
+	return bucketKeys(s.keyPrefix, buckets)
 }
 
 func sameSlot(keys []string) bool {
