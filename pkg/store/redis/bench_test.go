@@ -65,3 +65,33 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
+
+// BenchmarkScriptCall measures the service's own work on a script call of
+// 32 two-level requests, without Redis: the Redis keys, the arguments, and
+// reading a reply into the results (limit.DecideAll on the states read).
+func BenchmarkScriptCall(b *testing.B) {
+	l := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	const batch = 32
+	now := int64(1_760_000_000_000_000)
+	reqs := make([]scriptRequest, batch)
+	var reply []int64
+	for r := range reqs {
+		user := fmt.Sprintf("api|user=u%d", r)
+		reqs[r] = scriptRequest{at: -1, results: make([]limit.Result, 2),
+			buckets: []limit.Bucket{{Key: user, Limit: l, Hits: 1}, {Key: user + "|action=a1", Limit: l, Hits: 1}}}
+		reply = append(reply, 1, 7, now-1500, 3, now-900)
+	}
+	reply = append(reply, now)
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		for _, r := range reqs {
+			n += len(bucketKeys(DefaultPrefix, r.buckets))
+		}
+		decideArgs(-1, reqs)
+		if _, err := decideReply(reply, reqs, n); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/req")
+}

@@ -70,17 +70,27 @@ func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs
 	if err != nil {
 		return 0, err
 	}
-	if len(vals) < len(reqs)+2*len(keys)+1 {
-		return 0, fmt.Errorf("redis script: %d values for %d buckets", len(vals), len(keys))
+	return decideReply(vals, reqs, len(keys))
+}
+
+// decideReply reads decide.lua's reply to requests of n buckets in all
+// into their results, and returns the time decided at.
+func decideReply(vals []int64, reqs []scriptRequest, n int) (int64, error) {
+	if len(vals) < len(reqs)+2*n+1 {
+		return 0, fmt.Errorf("redis script: %d values for %d buckets", len(vals), n)
 	}
 	at := vals[len(vals)-1]
 	vals = vals[:len(vals)-1]
 	var inline [8]limit.State
 	states := inline[:0]
-	if len(keys) > len(inline) {
-		states = make([]limit.State, 0, len(keys))
+	if n > len(inline) {
+		states = make([]limit.State, 0, n)
 	}
+	var err error
 	for _, r := range reqs {
+		if len(vals) == 0 {
+			return 0, errors.New("redis script: too few values")
+		}
 		admitted := vals[0] == 1
 		vals = vals[1:]
 		st := states[len(states) : len(states)+len(r.buckets)]
