@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"hash/maphash"
 	"slices"
 	"strconv"
 
@@ -10,11 +11,12 @@ import (
 // decideArgs returns the arguments of decide.lua for requests: each
 // distinct limit of their buckets once, each distinct shape of request
 // once (its buckets' limits and hits), then per request its shape's index
-// (and its time, if any request has its own). A call's requests are most
+// (and its time, if any request has its own). keys are the requests'
+// buckets' keys in turn: the script must know whether one repeats. A call's requests are most
 // often of a few shapes: the arguments are then about one per request, not
 // five per bucket, and Redis parses the numbers of each limit and shape
 // once per call.
-func decideArgs(now int64, reqs []scriptRequest) []string {
+func decideArgs(now int64, keys []string, reqs []scriptRequest) []string {
 	var (
 		limits = make([]scriptLimit, 0, 8)
 		// shapes holds per shape its number of buckets, then per bucket
@@ -62,11 +64,14 @@ func decideArgs(now int64, reqs []scriptRequest) []string {
 	}
 	text, ends = appendTime(text, ends, now)
 	text, ends = appendArg(text, ends, int64(len(reqs)))
+	flags := int64(0)
 	if timed {
-		text, ends = appendArg(text, ends, 1)
-	} else {
-		text, ends = appendArg(text, ends, 0)
+		flags |= 1
 	}
+	if len(reqs) > 1 && repeats(keys) {
+		flags |= 2
+	}
+	text, ends = appendArg(text, ends, flags)
 	text, ends = appendArg(text, ends, int64(len(limits)))
 	for _, l := range limits {
 		text, ends = appendArg(text, ends, l.kind)
@@ -86,6 +91,30 @@ func decideArgs(now int64, reqs []scriptRequest) []string {
 	}
 	return argStrings(text, ends)
 }
+
+// repeats reports whether a key is there twice, or may be: keys past 128
+// are not looked at, and two keys whose hashes are equal count as one.
+func repeats(keys []string) bool {
+	if len(keys) > 128 {
+		return true
+	}
+	var seen [256]uint64 // open addressing on the hashes; 0 is empty
+	for _, k := range keys {
+		h := maphash.String(seed, k) | 1
+		for i := h % uint64(len(seen)); ; i = (i + 1) % uint64(len(seen)) {
+			if seen[i] == h {
+				return true
+			}
+			if seen[i] == 0 {
+				seen[i] = h
+				break
+			}
+		}
+	}
+	return false
+}
+
+var seed = maphash.MakeSeed()
 
 // appendArg appends a numeric argument to text, and where it ends to ends.
 func appendArg(text []byte, ends []int, v int64) ([]byte, []int) {

@@ -67,12 +67,12 @@ return {0}`)
 		}},
 		{"floor", func() error {
 			keys, reqs := next()
-			_, err := runScript(ctx, cs, &floor, keys, decideArgs(-1, reqs))
+			_, err := runScript(ctx, cs, &floor, keys, decideArgs(-1, keys, reqs))
 			return err
 		}},
 		{"empty", func() error {
 			keys, reqs := next()
-			_, err := runScript(ctx, cs, &empty, keys, decideArgs(-1, reqs))
+			_, err := runScript(ctx, cs, &empty, keys, decideArgs(-1, keys, reqs))
 			return err
 		}},
 		{"reference", func() error {

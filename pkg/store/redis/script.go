@@ -66,7 +66,7 @@ type scriptRequest struct {
 // instead of 7. The script's answer for each request must be DecideAll's,
 // or the call fails: what it charged would not be what the results say.
 func runRequests(ctx context.Context, c *clients, now int64, keys []string, reqs []scriptRequest) (int64, error) {
-	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, reqs))
+	vals, err := runScript(ctx, c, &decideScript, keys, decideArgs(now, keys, reqs))
 	if err != nil {
 		return 0, err
 	}

@@ -29,14 +29,16 @@ local function px(us)
   return format('%d', ms % 1 - ms)
 end
 
--- store_state sets key to a state; the rest of the arguments go to SET (the
--- expiry).
+-- store_state sets key to a state, and returns the value stored; the rest
+-- of the arguments go to SET (the expiry).
 local function store_state(key, counter, ts, ...)
   if counter > MAXSIZE then counter = MAXSIZE elseif counter < 0 then counter = 0 end
   if ts > MAX then ts = MAX elseif ts < -MAX then ts = -MAX end
   local top = ts / LOW
   top = top - top % 1
-  rcall('SET', key, spack('>I6I6', counter * 128 + top + 32, ts - top * LOW), ...)
+  local v = spack('>I6I6', counter * 128 + top + 32, ts - top * LOW)
+  rcall('SET', key, v, ...)
+  return v
 end
 
 -- A sliding window is stored as the start of its newest sub-window (Unix
@@ -64,7 +66,8 @@ local function define_window_state()
 
   -- store_window sets key to a sliding window's newest start and counts,
   -- the empty oldest ones left out, or deletes it when every count is 0
-  -- (and stored says it exists); the rest of the arguments go to SET.
+  -- (and stored says it exists); the rest of the arguments go to SET. It
+  -- returns the value stored, or false for none.
   store_window = function(key, stored, start, cs, ...)
     local m = #cs
     while m > 0 and cs[m] == 0 do
@@ -74,9 +77,11 @@ local function define_window_state()
       if stored then
         rcall('DEL', key)
       end
-      return
+      return false
     end
-    rcall('SET', key, spack('>I7' .. string.rep('I6', m), start, unpack(cs, 1, m)), ...)
+    local v = spack('>I7' .. string.rep('I6', m), start, unpack(cs, 1, m))
+    rcall('SET', key, v, ...)
+    return v
   end
 end
 
