@@ -20,8 +20,9 @@ import (
 // script must run and against what envoyproxy/ratelimit sends:
 //
 //	decide     the decide script, as the batched store sends it
-//	floor      a script that only reads TIME, then GETs and SETs (with an
-//	           expiry) each bucket: the commands decide runs, no decision
+//	floor      a script that only reads TIME, MGETs the buckets, makes the
+//	           SET that changes nothing, then SETs (with an expiry) each
+//	           bucket: the commands decide runs, no decision
 //	empty      a script that returns at once, with decide's arguments
 //	reference  INCRBY and EXPIRE of one key per request, pipelined
 //
@@ -35,8 +36,9 @@ func BenchmarkRedisCost(b *testing.B) {
 	const users, batch = 10000, 32
 	l := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
 	floor := newScript(`redis.call('TIME')
+local got = redis.call('MGET', unpack(KEYS))
+redis.call('SET', KEYS[1], '----------------------------------------------------------------', got[1] and 'NX' or 'XX')
 for i = 1, #KEYS do
-  redis.call('GET', KEYS[i])
   redis.call('SET', KEYS[i], 'abcdefghijkl', 'PX', '60000000')
 end
 return {0}`)
