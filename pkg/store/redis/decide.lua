@@ -42,8 +42,8 @@
 -- newest start, its number of counts and its counts (0, 0 for none); then
 -- the time decided at. The caller decides the same states with
 -- limit.DecideAll for the figures (remaining, clear, reset, TTL, the state
--- after), so the script computes only what it stores: 7 figures per
--- bucket took 11% more Redis CPU per request to return than these 2.
+-- after), so the script computes only what it stores (returning 7 figures
+-- per bucket cost Redis 5% more CPU per request).
 
 local now = time_now(ARGV[1])
 local timed = ARGV[3] == '1' or ARGV[3] == '3'
@@ -75,17 +75,6 @@ for s = 1, tonumber(ARGV[a]) do
 end
 a = a + 1
 
--- Each request: read every bucket and decide it, then, once the request's
--- answer is known (limit.DecideAll's all-or-nothing rule), charge them,
--- before the next request reads: a bucket two requests of the call share
--- is decided for the second as the first left it. B holds 4 values per
--- bucket: admitted (1/0), the counter (a sliding window's newest start as
--- read, its counts in counts), timestamp and TTL the decision leaves;
--- stored the values read. They are reused by each request in turn. Flat
--- tables, not a table per bucket or per field: each table a call makes
--- costs Redis time on every request. A bucket that charges always is
--- charged whatever the request's answer, past its limit if the hits do not
--- fit (limit.DecideAll's force).
 -- A call of several requests reads every bucket by one MGET (per 1000
 -- keys), not a GET each (5% less Redis CPU per request at 32 requests a
 -- call; none at one): got[p] is KEYS[p]'s value. When a key repeats in
@@ -117,6 +106,17 @@ if tonumber(ARGV[2]) > 1 then
 end
 local fresh = repeats and {} or nil
 
+-- Each request: read every bucket and decide it, then, once the request's
+-- answer is known (limit.DecideAll's all-or-nothing rule), charge them,
+-- before the next request reads: a bucket two requests of the call share
+-- is decided for the second as the first left it. B holds 4 values per
+-- bucket: admitted (1/0), the counter (a sliding window's newest start as
+-- read, its counts in counts), timestamp and TTL the decision leaves;
+-- stored the values read. They are reused by each request in turn. Flat
+-- tables, not a table per bucket or per field: each table a call makes
+-- costs Redis time on every request. A bucket that charges always is
+-- charged whatever the request's answer, past its limit if the hits do not
+-- fit (limit.DecideAll's force).
 local B, stored, counts = {}, {}, {}
 local windows = false
 -- out is made at its size for buckets and fixed windows (a table grown
