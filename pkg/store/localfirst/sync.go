@@ -122,8 +122,10 @@ func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
 			// back, and what is wanted comes anew.
 			l.Return, l.Ask = e.lease, target
 		}
-	case e.lease > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
-		// Held long: it has been leaking on Redis all this time.
+	case e.lease > 0 && e.prev > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
+		// Held long, and in use: it has been leaking on Redis all this
+		// time. (Units without demand are not renewed: they go back after
+		// idleHold intervals, unless used again, and renewed then.)
 		l.Return, l.Ask = e.lease, target
 	case e.lease > 2*target:
 		l.Return = e.lease - target
