@@ -22,7 +22,9 @@
 #   BENCH_TARGETS ('null memory redis' and the local-X targets, and
 #     reference when BENCH_PEER names an envoyproxy/ratelimit binary:
 #     docs/performance.md says how to build one). On request: local-X for
-#     any interval X; redis-unbatched (batching and pipelining off);
+#     any interval X; redis-leaf (exact, -match leaf: the deepest level
+#     only, as the reference counts); redis-unbatched (batching and
+#     pipelining off);
 #     redis-pipelined (a script call per request, in pipelines); redis-local
 #     (local-first at BENCH_SYNC_INTERVAL, 1s)
 #   BENCH_KEEP (a file to copy the per-run figures to, runs.tsv; also keeps
@@ -66,7 +68,7 @@ for tool in go redis-server redis-cli; do
 done
 for t in $targets; do
 	case $t in
-	null | memory | redis | redis-unbatched | redis-pipelined | redis-local | local-?*) ;;
+	null | memory | redis | redis-leaf | redis-unbatched | redis-pipelined | redis-local | local-?*) ;;
 	reference) [[ -x $peer ]] || { log "target reference: BENCH_PEER=$peer is not an executable"; exit 1; } ;;
 	*) log "unknown target $t"; exit 1 ;;
 	esac
@@ -209,6 +211,7 @@ start_targets() {
 		redis) start_rls redis -store redis -redis-url "$redis_url" ;;
 		redis-unbatched) start_rls "$t" -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
 		redis-pipelined) start_rls "$t" -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-key-prefix rlsp: ;;
+		redis-leaf) start_rls "$t" -store redis -redis-url "$redis_url" -match leaf -redis-key-prefix rlsleaf: ;;
 		redis-local) start_rls "$t" -store redis -redis-url "$redis_url" -sync-interval "$sync_interval" -redis-key-prefix rlsl: ;;
 		local-*) start_rls "$t" -store redis -redis-url "$redis_url" -sync-interval "${t#local-}" -redis-key-prefix "rlsl${t#local-}:" ;;
 		reference) start_reference ;;
