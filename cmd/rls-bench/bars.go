@@ -2,11 +2,9 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +44,14 @@ func readTable(r io.Reader, need ...string) (map[string]int, [][]string, error) 
 	return col, rows[1:], nil
 }
 
+// cell is row's field in the column of name, or "" if the row is short.
+func cell(col map[string]int, row []string, name string) string {
+	if i := col[name]; i < len(row) {
+		return row[i]
+	}
+	return ""
+}
+
 // readBars reads runs with at least the columns workload, target and rps,
 // and keeps the median rps of each workload and target.
 func readBars(r io.Reader) (barData, error) {
@@ -56,12 +62,7 @@ func readBars(r io.Reader) (barData, error) {
 	d := barData{rps: map[[2]string]float64{}}
 	runs := map[[2]string][]float64{}
 	for n, row := range rows {
-		field := func(name string) string {
-			if i := col[name]; i < len(row) {
-				return row[i]
-			}
-			return ""
-		}
+		field := func(name string) string { return cell(col, row, name) }
 		rps, err := strconv.ParseFloat(field("rps"), 64)
 		if err != nil || !(rps >= 0) || math.IsInf(rps, 0) {
 			return barData{}, fmt.Errorf("row %d: rps %q must be a number, 0 or more", n+2, field("rps"))
@@ -171,45 +172,13 @@ func writeBars(w io.Writer, title string, d barData) error {
 
 // runBars renders the runs of -in as a bar chart SVG in -o.
 func runBars(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("rls-bench bars", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	in := fs.String("in", "", "TSV `file` of runs: columns workload, target and rps, as scripts/bench.sh writes (required)")
-	out := fs.String("o", "", "SVG `file` to write; empty: standard output")
-	title := fs.String("title", "Throughput by workload", "the SVG's title")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if *in == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "rls-bench bars: want -in FILE (and no arguments)")
-		return exitUsage
-	}
-	f, err := os.Open(*in)
-	if err != nil {
-		fmt.Fprintf(stderr, "rls-bench bars: %v\n", err)
-		return exitError
-	}
-	defer f.Close()
-	data, err := readBars(f)
-	if err != nil {
-		fmt.Fprintf(stderr, "rls-bench bars: %s: %v\n", *in, err)
-		return exitError
-	}
-	w := stdout
-	if *out != "" {
-		o, err := os.Create(*out)
-		if err != nil {
-			fmt.Fprintf(stderr, "rls-bench bars: %v\n", err)
-			return exitError
-		}
-		defer o.Close()
-		w = o
-	}
-	if err := writeBars(w, *title, data); err != nil {
-		fmt.Fprintf(stderr, "rls-bench bars: %v\n", err)
-		return exitError
-	}
-	return exitOK
+	return runChart("bars", "workload, target and rps, as scripts/bench.sh writes",
+		"Throughput by workload", args, stdout, stderr,
+		func(r io.Reader, w io.Writer, title string) error {
+			data, err := readBars(r)
+			if err != nil {
+				return err
+			}
+			return writeBars(w, title, data)
+		})
 }

@@ -35,12 +35,7 @@ func readRuns(r io.Reader) ([]series, error) {
 	}
 	var out []series
 	for n, row := range rows {
-		field := func(name string) string {
-			if i := col[name]; i < len(row) {
-				return row[i]
-			}
-			return ""
-		}
+		field := func(name string) string { return cell(col, row, name) }
 		c, err := strconv.Atoi(field("c"))
 		if err != nil || c < 1 {
 			return nil, fmt.Errorf("row %d: c %q is not a concurrency", n+2, field("c"))
@@ -242,11 +237,25 @@ func escape(s string) string {
 
 // runPlot renders the TSV of -in as an SVG in -o.
 func runPlot(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("rls-bench plot", flag.ContinueOnError)
+	return runChart("plot", "target, c, rps and p99_us, as scripts/plot-concurrency.sh writes",
+		"Throughput and p99 against concurrency", args, stdout, stderr,
+		func(r io.Reader, w io.Writer, title string) error {
+			data, err := readRuns(r)
+			if err != nil {
+				return err
+			}
+			return writeSVG(w, title, data)
+		})
+}
+
+// runChart is a chart command: it reads the TSV of -in and renders it, by
+// render, as an SVG in -o (standard output if empty).
+func runChart(name, columns, defaultTitle string, args []string, stdout, stderr io.Writer, render func(r io.Reader, w io.Writer, title string) error) int {
+	fs := flag.NewFlagSet("rls-bench "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	in := fs.String("in", "", "TSV `file` of runs: columns target, c, rps and p99_us, as scripts/plot-concurrency.sh writes (required)")
+	in := fs.String("in", "", "TSV `file` of runs: columns "+columns+" (required)")
 	out := fs.String("o", "", "SVG `file` to write; empty: standard output")
-	title := fs.String("title", "Throughput and p99 against concurrency", "the SVG's title")
+	title := fs.String("title", defaultTitle, "the SVG's title")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return exitOK
@@ -254,32 +263,27 @@ func runPlot(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *in == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "rls-bench plot: want -in FILE (and no arguments)")
+		fmt.Fprintf(stderr, "rls-bench %s: want -in FILE (and no arguments)\n", name)
 		return exitUsage
 	}
 	f, err := os.Open(*in)
 	if err != nil {
-		fmt.Fprintf(stderr, "rls-bench plot: %v\n", err)
+		fmt.Fprintf(stderr, "rls-bench %s: %v\n", name, err)
 		return exitError
 	}
 	defer f.Close()
-	data, err := readRuns(f)
-	if err != nil {
-		fmt.Fprintf(stderr, "rls-bench plot: %s: %v\n", *in, err)
-		return exitError
-	}
 	w := stdout
+	var o *os.File
 	if *out != "" {
-		o, err := os.Create(*out)
-		if err != nil {
-			fmt.Fprintf(stderr, "rls-bench plot: %v\n", err)
+		if o, err = os.Create(*out); err != nil {
+			fmt.Fprintf(stderr, "rls-bench %s: %v\n", name, err)
 			return exitError
 		}
 		defer o.Close()
 		w = o
 	}
-	if err := writeSVG(w, *title, data); err != nil {
-		fmt.Fprintf(stderr, "rls-bench plot: %v\n", err)
+	if err := render(f, w, *title); err != nil {
+		fmt.Fprintf(stderr, "rls-bench %s: %s: %v\n", name, *in, err)
 		return exitError
 	}
 	return exitOK
