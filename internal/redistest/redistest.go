@@ -362,3 +362,23 @@ func StartSentinel(t testing.TB, master *Server, name string) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// CommandCalls returns the calls Redis has counted of each command
+// (INFO commandstats), by name: "get", "evalsha", "config|resetstat".
+func CommandCalls(t testing.TB, c *goredis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		calls[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return calls
+}

@@ -197,7 +197,7 @@ func TestOverLimitCacheSkipsRedis(t *testing.T) {
 			t.Fatalf("call %d: Redis would admit what the cache rejected", i)
 		}
 	}
-	if n := commandStats(t, admin)["evalsha"]; n != 50 {
+	if n := redistest.CommandCalls(t, admin)["evalsha"]; n != 50 {
 		t.Fatalf("%d script calls for 50 cached and 50 uncached calls, want only the 50 uncached", n)
 	}
 }

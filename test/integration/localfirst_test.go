@@ -192,14 +192,14 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := commandStats(t, admin)
+	before := redistest.CommandCalls(t, admin)
 	for i := range 3000 {
 		resp, err := svc.ShouldRateLimit(context.Background(), request([]string{fmt.Sprintf("user=u%d", i%10)}))
 		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("call %d: %v %v", i, resp, err)
 		}
 	}
-	after := commandStats(t, admin)
+	after := redistest.CommandCalls(t, admin)
 	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
 	t.Logf("3000 requests on 10 keys: %d script calls", calls)
 	if calls > 10*5 {
@@ -245,7 +245,7 @@ func TestColdBucketsCostWhatExactDoes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				before := commandStats(t, admin)
+				before := redistest.CommandCalls(t, admin)
 				for i := range 300 {
 					resp, err := svc.ShouldRateLimit(context.Background(), request([]string{fmt.Sprintf("user=u%d", i), "action=read"}))
 					if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
@@ -253,7 +253,7 @@ func TestColdBucketsCostWhatExactDoes(t *testing.T) {
 					}
 				}
 				closer() // the last sync charges what was admitted on trust
-				after := commandStats(t, admin)
+				after := redistest.CommandCalls(t, admin)
 				cost[mode] = map[string]int{}
 				for name, n := range after {
 					if name != "info" {

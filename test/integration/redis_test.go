@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,25 +15,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
-
-// commandStats returns the calls per command of INFO commandstats.
-func commandStats(t *testing.T, c *goredis.Client) map[string]int {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats := map[string]int{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		stats[strings.TrimPrefix(name, "cmdstat_")] = n
-	}
-	return stats
-}
 
 // countingHook counts the commands a client sends.
 type countingHook struct{ n atomic.Int64 }
@@ -96,7 +75,7 @@ func TestOneCommandPerRequest(t *testing.T) {
 			t.Fatalf("request %d: %v, %v", i, resp, err)
 		}
 	}
-	stats := commandStats(t, admin)
+	stats := redistest.CommandCalls(t, admin)
 	t.Logf("commandstats after %d requests of two buckets: %v", requests, stats)
 	if stats["evalsha"] != requests || stats["eval"] != 0 {
 		t.Fatalf("%d EVALSHA and %d EVAL for %d requests, want one EVALSHA each", stats["evalsha"], stats["eval"], requests)

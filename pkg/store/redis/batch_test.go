@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -120,18 +118,6 @@ func TestBatchWaitGathersRequests(t *testing.T) {
 
 // scriptCalls returns how many script calls Redis has run.
 func scriptCalls(t *testing.T, c *goredis.Client) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") {
-			v, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			n += v
-		}
-	}
-	return n
+	calls := redistest.CommandCalls(t, c)
+	return int64(calls["evalsha"] + calls["eval"])
 }
