@@ -138,7 +138,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, buckets []limit.Bucke
 		}
 		// A shadow bucket (a quota-mode one among them) asks too: its
 		// figures decide a quota, and must say whether Redis has room.
-		switch full := e.dry && rnow < e.roomAt; {
+		switch full := e.full(rnow); {
 		case full && b.Shadow:
 		case full:
 			refused = true

@@ -75,6 +75,10 @@ func (s *Store) entry(sh *shard, h uint64, b limit.Bucket) (*entry, error) {
 	return e, nil
 }
 
+// full reports whether Redis found the bucket full and said it would not
+// have room before roomAt (Redis's clock).
+func (e *entry) full(rnow int64) bool { return e.dry && rnow < e.roomAt }
+
 // reload makes e an entry of a new limit: what was leased under the old
 // one is not this one's. It is left to leak or expire on Redis. A debt is
 // kept: it is usage of the bucket's key, whatever its limit now.

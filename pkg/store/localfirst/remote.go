@@ -161,17 +161,12 @@ func (s *Store) unreserveAll(r *request, rnow int64) {
 	}
 }
 
-// keepCharges keeps, as debts, the charges of limits that charge always
-// of a request Redis did not decide, whose buckets all went to Redis.
+// keepCharges is unreserveAll for a request Redis did not decide whose
+// buckets all went to Redis, taking the locks it needs.
 func (s *Store) keepCharges(now time.Time, r *request) {
 	s.lock(r.locks)
 	defer s.unlock(r.locks)
-	rnow := now.UnixMicro() + s.offset.Load()
-	for i, b := range r.buckets {
-		if b.Always && b.Hits > 0 {
-			s.addDebt(r, i, rnow)
-		}
-	}
+	s.unreserveAll(r, now.UnixMicro()+s.offset.Load())
 }
 
 // addDebt records bucket i's hits as a debt, in its entry, made if need

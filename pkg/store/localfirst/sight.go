@@ -60,14 +60,12 @@ func trusts(b limit.Bucket) bool {
 // for the next sync to charge on Redis, past the limit if need be.
 func (s *Store) trust(r *request, i int, rnow int64, charged bool) limit.Result {
 	b := r.buckets[i]
-	res := limit.Decide(limit.State{}, b.Limit, time.UnixMicro(rnow), b.Hits)
-	if charged {
-		sh := &s.shards[r.hashes[i]%shards]
-		sh.owed = append(sh.owed, owing{key: b.Key, limit: b.Limit, hits: b.Hits, at: rnow})
-	} else {
-		res = limit.Decide(limit.State{}, b.Limit, time.UnixMicro(rnow), 0)
+	if !charged {
+		return limit.Decide(limit.State{}, b.Limit, time.UnixMicro(rnow), 0)
 	}
-	return res
+	sh := &s.shards[r.hashes[i]%shards]
+	sh.owed = append(sh.owed, owing{key: b.Key, limit: b.Limit, hits: b.Hits, at: rnow})
+	return limit.Decide(limit.State{}, b.Limit, time.UnixMicro(rnow), b.Hits)
 }
 
 // sightSlots is how many hashes of buckets seen once a shard keeps per

@@ -50,7 +50,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			}
 			s.expire(e, rnow)
 			e.prev, e.demand = e.demand, 0
-			full := e.dry && rnow < e.roomAt
+			full := e.full(rnow)
 			e.dry = full // refused until Redis would have room: no asking meanwhile
 			if e.prev > 0 {
 				e.idle = 0
