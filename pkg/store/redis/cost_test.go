@@ -25,6 +25,8 @@ import (
 //	           bucket: the commands decide runs, no decision
 //	empty      a script that returns at once, with decide's arguments
 //	reference  INCRBY and EXPIRE of one key per request, pipelined
+//	lease      the lease script (local-first), each request's two buckets
+//	           asking for units and giving back what they hold
 //
 // RLS_REQUIRE_REDIS=1 go test ./pkg/store/redis -run XXX -bench RedisCost
 func BenchmarkRedisCost(b *testing.B) {
@@ -75,6 +77,15 @@ return {0}`)
 		{"empty", func() error {
 			keys, reqs := next()
 			_, err := runScript(ctx, cs, &empty, keys, decideArgs(-1, keys, reqs))
+			return err
+		}},
+		{"lease", func() error {
+			keys, _ := next()
+			leases, index := make([]Lease, len(keys)), make([]int, len(keys))
+			for i, k := range keys {
+				leases[i], index[i] = Lease{Key: k, Limit: l, Return: 1000, At: time.Now().UnixMicro(), Ask: 1000}, i
+			}
+			_, err := runScript(ctx, cs, &leaseScript, keys, leaseArgs(-1, leases, index))
 			return err
 		}},
 		{"reference", func() error {

@@ -82,20 +82,7 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	}
 	cs := s.client.Load()
 	parallel(calls, func(c *call) {
-		a := newScriptArgs(1 + 7*len(c.keys))
-		a.now(at)
-		for _, i := range c.index {
-			l := leases[i]
-			p := params(l.Limit)
-			a.int(int64(l.Limit.Algorithm))
-			a.int(p[0])
-			a.int(p[1])
-			a.int(p[2])
-			a.int(l.Return)
-			a.int(l.At)
-			a.int(l.Ask)
-		}
-		vals, err := runScript(ctx, cs, &leaseScript, c.keys, a.strings())
+		vals, err := runScript(ctx, cs, &leaseScript, c.keys, leaseArgs(at, leases, c.index))
 		if err == nil && len(vals) != leaseFields*len(c.keys)+1 {
 			err = fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(c.keys))
 		}
@@ -127,4 +114,44 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 		latest = max(latest, c.now)
 	}
 	return latest, first
+}
+
+// leaseArgs returns the arguments of lease.lua for the leases index
+// names: the time; each distinct limit once, its algorithm and three
+// parameters; then per bucket its limit's index (from 1), the units given
+// back, the time they were granted at (0 if none are) and the units asked
+// for. A sync's buckets share a few limits: Redis parses each once.
+func leaseArgs(at int64, leases []Lease, index []int) []string {
+	limits := make([]scriptLimit, 0, 8)
+	which := make([]int, len(index))
+	for j, i := range index {
+		b := limit.Bucket{Limit: leases[i].Limit}
+		k := findLimit(limits, b)
+		if k < 0 {
+			k = len(limits)
+			limits = append(limits, scriptLimitOf(b))
+		}
+		which[j] = k
+	}
+	a := newScriptArgs(2 + 4*len(limits) + 4*len(index))
+	a.now(at)
+	a.int(int64(len(limits)))
+	for _, l := range limits {
+		a.int(int64(l.of.Algorithm))
+		a.int(l.p[0])
+		a.int(l.p[1])
+		a.int(l.p[2])
+	}
+	for j, i := range index {
+		l := &leases[i]
+		a.int(int64(which[j] + 1))
+		a.int(l.Return)
+		if l.Return > 0 {
+			a.int(l.At)
+		} else {
+			a.int(0)
+		}
+		a.int(l.Ask)
+	}
+	return a.strings()
 }

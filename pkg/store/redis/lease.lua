@@ -6,10 +6,12 @@
 --
 -- KEYS     the bucket keys, all in one hash slot
 -- ARGV[1]  the time in Unix microseconds, or "" to read the server's TIME
--- per bucket, 7 arguments: its algorithm (0 leaky bucket, 1 sliding
---          window, 2 fixed window), its three parameters (as decide.lua
---          takes them), the units given back, the time they were granted
---          at (Unix microseconds) and the units asked for.
+-- ARGV[2]  the number of limits; then per limit 4 arguments: its
+--          algorithm (0 leaky bucket, 1 sliding window, 2 fixed window)
+--          and three parameters (as decide.lua takes them)
+-- then     per bucket, 4 arguments: the index of its limit (from 1), the
+--          units given back, the time they were granted at (Unix
+--          microseconds; 0 if none are given back) and the units asked for
 -- Returns, per bucket: the units granted, its counter and timestamp
 -- afterwards (a window's count at the time decided at and the start of
 -- its current (sub-)window), and the time until it has room for one more
@@ -26,31 +28,63 @@ local function grant(admitted, ask, remaining)
   return remaining
 end
 
+-- LIM holds each limit's algorithm and parameters, from offset 4*(index-1).
+local LIM = {}
+local a = 3 -- the next argument
+for s = 1, tonumber(ARGV[2]) do
+  local o = 4 * s - 4
+  LIM[o + 1], LIM[o + 2] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  LIM[o + 3], LIM[o + 4] = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  a = a + 4
+end
+
 local out, k = {}, 0
 local _ -- the values a call returns that are not needed
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local a = 2 + 7 * (i - 1)
-  local algo = tonumber(ARGV[a])
-  local p1, p2, p3 = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local ret, at, ask = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local o = 4 * tonumber(ARGV[a]) - 4
+  local algo, p1, p2, p3 = LIM[o + 1], LIM[o + 2], LIM[o + 3], LIM[o + 4]
+  -- Most buckets give nothing back, or ask nothing: '0' is not parsed.
+  local ret, at, ask = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  ret = ret == '0' and 0 or tonumber(ret)
+  at = at == '0' and 0 or tonumber(at)
+  ask = ask == '0' and 0 or tonumber(ask)
+  a = a + 4
   if ret < 0 then ret = 0 elseif ret > MAX then ret = MAX end
   if ask < 0 then ask = 0 elseif ask > MAX then ask = MAX end
   local v = rcall('GET', key)
   local granted, c, t, wait = 0, 0, 0, 0
   if algo == 0 then
+    -- leak's steps, not decide's: a lease call is made for every bucket a
+    -- replica holds, and decide's report (clear, reset) is not needed but
+    -- for the wait.
     c, t = load_state(v)
     if ret > 0 then
-      _, c, t = decide(c, t, p1, p2, p3, -ret, now)
+      _, c, t = leak(c, t, p1, p2, p3, -ret, now)
     end
-    local admitted, c2, t2, remaining, _, _, ttl = decide(c, t, p1, p2, p3, 0, now)
-    granted = grant(admitted, ask, remaining)
+    -- The grant is decided, as limit.Lease does, from the state given
+    -- back to, not from the one dripped to now (they differ where the
+    -- clamps bite).
+    local c0, t0, since, ttl = c, t
+    _, c, t, since, ttl = leak(c0, t0, p1, p2, p3, 0, now)
+    granted = grant(1, ask, p1 - c)
     if granted > 0 then
-      _, c2, t2, _, _, _, ttl = decide(c, t, p1, p2, p3, granted, now)
+      _, c, t, since, ttl = leak(c0, t0, p1, p2, p3, granted, now)
     end
-    c, t = c2, t2
-    local fits, _, _, _, _, reset = decide(c, t, p1, p2, p3, 1, now)
-    if fits == 0 then wait = reset end
+    if p1 - c < 1 then
+      -- Perhaps no room for one more unit (dripping again from the
+      -- state, as decide would, may find some): decide's reset for a hit
+      -- of 1.
+      local fits, c1, _, s1 = leak(c, t, p1, p2, p3, 1, now)
+      if fits == 0 then
+        if p1 >= 1 then
+          wait = drain_time(1 - (p1 - c1), p3, p2, s1)
+        else
+          wait = drain_time(c1, p3, p2, s1) + p2
+          if wait > MAX then wait = MAX end
+        end
+      end
+    end
     if granted > 0 or ret > 0 then
       if ttl > 0 then
         store_state(key, c, t, 'PX', px(ttl))
