@@ -27,6 +27,8 @@ import (
 //	reference  INCRBY and EXPIRE of one key per request, pipelined
 //	lease      the lease script (local-first), each request's two buckets
 //	           asking for units and giving back what they hold
+//	charge     the decide script as local-first's sync sends charges: the
+//	           buckets of every request in one request, charged always
 //
 // RLS_REQUIRE_REDIS=1 go test ./pkg/store/redis -run XXX -bench RedisCost
 func BenchmarkRedisCost(b *testing.B) {
@@ -77,6 +79,19 @@ return {0}`)
 		{"empty", func() error {
 			keys, reqs := next()
 			_, err := runScript(ctx, cs, &empty, keys, decideArgs(-1, keys, reqs))
+			return err
+		}},
+		{"charge", func() error {
+			keys, reqs := next()
+			var all []limit.Bucket
+			for _, r := range reqs {
+				for _, b := range r.buckets {
+					b.Always = true
+					all = append(all, b)
+				}
+			}
+			one := []scriptRequest{{at: -1, buckets: all, results: make([]limit.Result, len(all))}}
+			_, err := runRequests(ctx, cs, -1, keys, one)
 			return err
 		}},
 		{"lease", func() error {
