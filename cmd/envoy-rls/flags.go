@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/breaker"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -51,6 +52,8 @@ type settings struct {
 	pipelineLimit       int
 	redisBatch          int
 	redisBatchWait      time.Duration
+	breakerTrip         int
+	breakerCool         time.Duration
 	syncInterval        time.Duration
 	pipelineWindow      time.Duration
 	memoryMaxBuckets    int
@@ -225,6 +228,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.DurationVar(&s.syncInterval, "sync-interval", 0, "with -store redis: 0 decides every request on Redis (exact); above 0, the local-first mode: decide in process against units Redis leases to this replica, and sync with Redis once per interval (see the README for what it guarantees)")
 	fs.IntVar(&s.redisBatch, "redis-batch-requests", redis.DefaultBatch, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
 	fs.DurationVar(&s.redisBatchWait, "redis-batch-wait", 0, "how long requests for Redis wait for more before their script call is sent, while fewer than -redis-batch-requests; 0 sends at once (the default; with -sync-interval and not -redis-cluster, "+localFirstBatchWait.String()+")")
+	fs.IntVar(&s.breakerTrip, "redis-breaker-timeouts", breaker.DefaultTrip, "script calls in a row that time out on a Redis node after which its calls are answered by the failure mode at once, for -redis-breaker-cool, then one probes it (calls given under 10ms do not count); 0 turns it off")
+	fs.DurationVar(&s.breakerCool, "redis-breaker-cool", breaker.DefaultCool, "how long a Redis node that kept timing out gets no calls before one probes it")
 	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
 	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
 	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
@@ -354,6 +359,10 @@ func (s *settings) check() error {
 		return fmt.Errorf("-sync-interval: the local-first mode needs -redis-mode script")
 	case s.pipelineLimit < 0:
 		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
+	case s.breakerTrip < 0:
+		return fmt.Errorf("-redis-breaker-timeouts: must be 0 or more, got %d", s.breakerTrip)
+	case s.breakerCool <= 0:
+		return fmt.Errorf("-redis-breaker-cool: must be above 0, got %v", s.breakerCool)
 	case s.redisBatchWait < 0:
 		return fmt.Errorf("-redis-batch-wait: must not be negative, got %v", s.redisBatchWait)
 	case s.pipelineWindow < 0:

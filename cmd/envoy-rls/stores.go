@@ -40,21 +40,22 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		return nil, fmt.Errorf("-redis-password-file: %w", err)
 	}
 	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
-	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait, Connect: &redis.ClientOptions{
-		URL:              s.redisURL,
-		Password:         password,
-		Cluster:          s.redisCluster,
-		SentinelMaster:   s.sentinelMaster,
-		SentinelAddrs:    splitList(s.sentinelAddrs),
-		SentinelPassword: s.sentinelPassword,
-		CAFile:           s.redisTLSCA,
-		CertFile:         s.redisTLSCert,
-		KeyFile:          s.redisTLSKey,
-		PoolSize:         s.redisPoolSize,
-		DialTimeout:      s.redisDialTimeout,
-		ReadTimeout:      s.redisReadTimeout,
-		WriteTimeout:     s.redisWriteTimeout,
-	}})
+	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait,
+		Breaker: redis.Breaker{Trip: s.breakerTrip, Cool: s.breakerCool}, Connect: &redis.ClientOptions{
+			URL:              s.redisURL,
+			Password:         password,
+			Cluster:          s.redisCluster,
+			SentinelMaster:   s.sentinelMaster,
+			SentinelAddrs:    splitList(s.sentinelAddrs),
+			SentinelPassword: s.sentinelPassword,
+			CAFile:           s.redisTLSCA,
+			CertFile:         s.redisTLSCert,
+			KeyFile:          s.redisTLSKey,
+			PoolSize:         s.redisPoolSize,
+			DialTimeout:      s.redisDialTimeout,
+			ReadTimeout:      s.redisReadTimeout,
+			WriteTimeout:     s.redisWriteTimeout,
+		}})
 	if err != nil {
 		return nil, err
 	}

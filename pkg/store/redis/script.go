@@ -221,13 +221,19 @@ func runScript(ctx context.Context, c *clients, s *luaScript, keys, args []strin
 	for i := range args {
 		cmdArgs = append(cmdArgs, &args[i])
 	}
+	_, ticket, err := c.allow(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	begin := time.Now()
 	cmd := goredis.NewIntSliceCmd(ctx, cmdArgs...)
-	err := c.process(ctx, noRetry{cmd})
+	err = c.process(ctx, noRetry{cmd})
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		cmdArgs[0], cmdArgs[1] = "eval", &s.src
 		cmd = goredis.NewIntSliceCmd(ctx, cmdArgs...)
 		err = c.process(ctx, noRetry{cmd})
 	}
+	c.done(ctx, ticket, begin, err)
 	if err != nil {
 		return nil, fmt.Errorf("redis script: %w", err)
 	}

@@ -37,6 +37,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/pkg/breaker"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
@@ -86,6 +87,17 @@ type Options struct {
 	// Redis and the service the cost of a call for each. Requests that
 	// came while the slot's call was out go as soon as it returns.
 	BatchWait time.Duration
+	// Breaker, if Trip is not 0, answers the calls of a Redis node (of
+	// the whole Redis, but for a Cluster) by the failure mode at once
+	// after Trip script calls in a row timed out on it, for Cool; then
+	// one call probes it (package breaker). Script mode only.
+	Breaker Breaker
+}
+
+// Breaker is when a Redis node's calls stop being sent (package breaker).
+type Breaker struct {
+	Trip int
+	Cool time.Duration
 }
 
 // Pipeline says how concurrent script calls are batched into pipelines:
@@ -114,6 +126,7 @@ type Store struct {
 	resetChannel string
 	cluster      bool
 	callerClock  bool
+	breakers     *breaker.Set // nil: none
 	log          *slog.Logger
 }
 
@@ -184,6 +197,12 @@ func New(opts Options) (*Store, error) {
 	if opts.BatchWait < 0 {
 		return nil, fmt.Errorf("redis store: batch wait %v must not be negative", opts.BatchWait)
 	}
+	if opts.Breaker.Trip < 0 || opts.Breaker.Cool < 0 {
+		return nil, fmt.Errorf("redis store: breaker trip %d and cool %v must not be negative", opts.Breaker.Trip, opts.Breaker.Cool)
+	}
+	if opts.Breaker.Trip > 0 && opts.Mode == ScriptMode {
+		s.breakers = breaker.New(opts.Breaker.Trip, opts.Breaker.Cool, nil)
+	}
 	cs, err := s.newClients(opts.Client)
 	if err != nil {
 		return nil, err
@@ -198,12 +217,13 @@ func New(opts Options) (*Store, error) {
 // clients are a Redis client and, when script calls are batched, its
 // autopipeliner.
 type clients struct {
-	conn  goredis.UniversalClient
-	batch *goredis.AutoPipeliner // nil: each call on its own
+	conn     goredis.UniversalClient
+	batch    *goredis.AutoPipeliner // nil: each call on its own
+	breakers *breaker.Set           // the store's, which outlive clients; nil: none
 }
 
 func (s *Store) newClients(c goredis.UniversalClient) (*clients, error) {
-	cs := &clients{conn: c}
+	cs := &clients{conn: c, breakers: s.breakers}
 	if s.pipeline.Limit == 0 {
 		return cs, nil
 	}
