@@ -59,6 +59,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 	if err != nil {
 		return nil, err
 	}
+	m.WatchBreakers(func() int { return len(st.BreakersOpen()) })
 	// The over-limit cache takes its share of the bytes (serviceOptions);
 	// the local table or store the rest.
 	memOpts.MaxBytes -= cacheBytes(s)

@@ -166,6 +166,15 @@ func (m *Metrics) WatchBuckets(count func() int, bytes func() int64, evictions f
 	}
 }
 
+// WatchBreakers reports, from open, how many Redis nodes' breakers are
+// open: nodes whose calls are answered by the failure mode at once.
+func (m *Metrics) WatchBreakers(open func() int) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "envoy_rls_redis_breakers_open",
+		Help: "Redis nodes whose calls are answered by the failure mode without being sent: they timed out on -redis-breaker-timeouts calls in a row.",
+	}, func() float64 { return float64(open()) }))
+}
+
 // Call implements rls.Observer.
 func (m *Metrics) Call(domain, outcome string, took time.Duration) {
 	if domain == "" {

@@ -80,3 +80,11 @@ func timedOut(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		(errors.As(err, &ne) && ne.Timeout())
 }
+
+// BreakersOpen returns the nodes whose breaker is open now.
+func (s *Store) BreakersOpen() []string {
+	if s.breakers == nil {
+		return nil
+	}
+	return s.breakers.Open()
+}
