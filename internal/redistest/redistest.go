@@ -288,8 +288,9 @@ func (c *Cluster) URL() string {
 }
 
 // StartCluster starts a 6-node Cluster with redis-server and redis-cli from
-// PATH and waits until every slot is served.
-func StartCluster(t testing.TB) *Cluster {
+// PATH and waits until every slot is served and every replica has synced. args go to every node (after
+// a node timeout of 5 s, which they may set again).
+func StartCluster(t testing.TB, args ...string) *Cluster {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -303,7 +304,9 @@ func StartCluster(t testing.TB) *Cluster {
 	addrs := make([]string, 6)
 	for i := range addrs {
 		// Each node has its own --dir, where Redis keeps its nodes.conf.
-		n := startProcess(t, bin, []string{"--cluster-enabled", "yes", "--cluster-node-timeout", "5000"}, false)
+		// Replicas sync at once (Redis waits 5 s for more replicas to sync
+		// with by default): one that has not synced is never promoted.
+		n := startProcess(t, bin, append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "5000", "--repl-diskless-sync-delay", "0"}, args...), false)
 		c.Nodes = append(c.Nodes, n)
 		addrs[i] = n.addr
 	}
@@ -317,7 +320,9 @@ func StartCluster(t testing.TB) *Cluster {
 		client := n.Client(t)
 		for {
 			info, err := client.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+			repl, rerr := client.Info(ctx, "replication").Result()
+			synced := rerr == nil && (strings.Contains(repl, "role:master") || strings.Contains(repl, "master_link_status:up"))
+			if err == nil && synced && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -327,6 +332,45 @@ func StartCluster(t testing.TB) *Cluster {
 		}
 	}
 	return c
+}
+
+// Masters returns the nodes that are masters now, by ROLE.
+func (c *Cluster) Masters(t testing.TB) []*Server {
+	t.Helper()
+	var masters []*Server
+	for _, n := range c.Nodes {
+		if n.cmd == nil {
+			continue // stopped
+		}
+		client := goredis.NewClient(&goredis.Options{Addr: n.addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+		role, err := client.Do(context.Background(), "ROLE").Slice()
+		client.Close()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			masters = append(masters, n)
+		}
+	}
+	return masters
+}
+
+// Reshard moves slots slots from master from to master to, with
+// redis-cli --cluster reshard (which migrates their keys), and returns
+// when it is done.
+func (c *Cluster) Reshard(t testing.TB, from, to *Server, slots int) {
+	t.Helper()
+	id := func(n *Server) string {
+		client := goredis.NewClient(&goredis.Options{Addr: n.addr})
+		defer client.Close()
+		id, err := client.Do(context.Background(), "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatalf("CLUSTER MYID of %s: %v", n.addr, err)
+		}
+		return id
+	}
+	out, err := exec.Command("redis-cli", "--cluster", "reshard", from.addr, "--cluster-from", id(from), "--cluster-to", id(to),
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
+	}
 }
 
 // StartSentinel starts a Sentinel watching master under the name name, and

@@ -71,6 +71,7 @@ type replicaOptions struct {
 	pipeline    *redis.Pipeline     // nil: the service's default
 	config      *descriptors.Config // nil: serviceConfig
 	prefix      string              // of the Redis keys; "": the default
+	breaker     redis.Breaker       // the zero value: none
 	service     func(*rls.Options)  // sets more of the service's options
 }
 
@@ -92,7 +93,7 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 			pipeline = *o.pipeline
 		}
 		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log, Pipeline: pipeline,
-			Batch: redis.DefaultBatch, Prefix: o.prefix}) // as the service runs
+			Batch: redis.DefaultBatch, Prefix: o.prefix, Breaker: o.breaker}) // as the service runs
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -227,7 +227,8 @@ func (b *batcher) call(group []*queued) {
 	}
 	// Straight to the connection pool: a call already gathers what a
 	// pipeline would, and several calls are out at once.
-	direct := &clients{conn: b.s.client.Load().conn}
+	cs := b.s.client.Load()
+	direct := &clients{conn: cs.conn, breakers: cs.breakers}
 	_, err := runRequests(ctx, direct, -1, keys, reqs)
 	for _, q := range live {
 		q.reply(err)

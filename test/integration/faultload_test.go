@@ -1,0 +1,293 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+)
+
+// faultConfig is the limits of the fault tests: load's buckets never fill
+// (every call Redis decides is OK, so the OK share is the decided share),
+// and exact's hold 20 for the exactness check after a fault.
+const faultConfig = `
+domain: api
+descriptors:
+  - key: load
+    leaky_bucket: {size: 1000000, drip_rate: 1ms}
+  - key: tenant
+    leaky_bucket: {size: 1000000, drip_rate: 1ms}
+    descriptors:
+      - key: user
+        leaky_bucket: {size: 1000000, drip_rate: 1ms}
+  - key: exact
+    leaky_bucket: {size: 20, drip_rate: 1h}
+`
+
+// Under fault load, callers send what Envoy sends, each call with
+// faultDeadline, the failure mode answering (Unavailable) what Redis could
+// not decide within faultStoreTimeout: half the deadline is left for the
+// answer, on a machine the Redis processes, the replicas and the callers
+// share.
+const (
+	faultCallers      = 16
+	faultDeadline     = 100 * time.Millisecond
+	faultStoreTimeout = 50 * time.Millisecond
+	faultSlice        = 500 * time.Millisecond
+)
+
+// faultReplicas starts n replicas on connect as the binary runs them
+// against Redis: a store timeout and its margin, the failure mode
+// Unavailable, the health watch that renews failed connections, and the
+// breaker b.
+func faultReplicas(t *testing.T, n int, connect redis.ClientOptions, b redis.Breaker) []*replica {
+	t.Helper()
+	rs := startReplicas(t, n, replicaOptions{client: connect, config: parseConfig(t, faultConfig), breaker: b,
+		service: func(o *rls.Options) { o.StoreTimeout = faultStoreTimeout }})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	for _, r := range rs {
+		go rls.WatchStore(ctx, r.store, health.NewServer(), slog.New(slog.DiscardHandler), false)
+	}
+	return rs
+}
+
+// parseConfig parses a config file's text.
+func parseConfig(t *testing.T, yaml string) *descriptors.Config {
+	t.Helper()
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "test.yaml", Data: []byte(yaml)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// tally counts the calls of one slice of a fault load by how they ended.
+type tally struct {
+	calls, ok, over, failed, late, wrong int
+	slowest                              time.Duration
+	failedTime                           time.Duration // of the calls answered Unavailable
+}
+
+func (a *tally) add(b tally) {
+	a.calls, a.ok, a.over, a.failed, a.late, a.wrong = a.calls+b.calls, a.ok+b.ok, a.over+b.over, a.failed+b.failed, a.late+b.late, a.wrong+b.wrong
+	a.slowest = max(a.slowest, b.slowest)
+	a.failedTime += b.failedTime
+}
+
+// failedMean is how long the calls answered Unavailable took, on average.
+func (a tally) failedMean() time.Duration {
+	if a.failed == 0 {
+		return 0
+	}
+	return a.failedTime / time.Duration(a.failed)
+}
+
+// okShare is the share of calls answered OK.
+func (a tally) okShare() float64 {
+	if a.calls == 0 {
+		return 0
+	}
+	return float64(a.ok) / float64(a.calls)
+}
+
+func (a tally) String() string {
+	return fmt.Sprintf("%5d calls: %5.1f%% OK, %d over limit, %d Unavailable (in %s on average), %d late, %d wrong; slowest %s",
+		a.calls, 100*a.okShare(), a.over, a.failed, a.failedMean().Round(100*time.Microsecond), a.late, a.wrong, a.slowest.Round(time.Millisecond))
+}
+
+// faultLoad is callers calling replicas in turn, back to back, each call
+// on a key of its own among many (so that every slot of a Cluster is
+// used), tallied per faultSlice since it started.
+type faultLoad struct {
+	start  time.Time
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	slices []tally
+	wrongs []string
+	n      atomic.Int64
+}
+
+// oneLevel and twoLevels are the descriptors of a load's calls: caller c's
+// i-th call is for one of 2000 keys of its own (under one of 500 tenants).
+func oneLevel(c, i int) []string { return []string{fmt.Sprintf("load=c%d-%d", c, i%2000)} }
+
+func twoLevels(c, i int) []string {
+	return []string{fmt.Sprintf("tenant=t%d", (c*2000+i)%500), fmt.Sprintf("user=c%d-%d", c, i%2000)}
+}
+
+// startLoad starts faultCallers callers on replicas, each call for the
+// descriptor entries pairs returns; stopLoad ends them.
+func startLoad(t *testing.T, replicas []*replica, pairs func(c, i int) []string) *faultLoad {
+	t.Helper()
+	l := &faultLoad{start: time.Now(), stop: make(chan struct{})}
+	for c := range faultCallers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				n := l.n.Add(1)
+				r := replicas[int(n)%len(replicas)]
+				l.call(r, pairs(c, i))
+				time.Sleep(2 * time.Millisecond) // a steady load, not a flood
+			}
+		}()
+	}
+	t.Cleanup(l.stopLoad)
+	return l
+}
+
+// call makes one call and tallies how it ended.
+func (l *faultLoad) call(r *replica, pairs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), faultDeadline)
+	defer cancel()
+	begin := time.Now()
+	resp, err := r.client.ShouldRateLimit(ctx, request(pairs))
+	took := time.Since(begin)
+	var one tally
+	one.calls, one.slowest = 1, took
+	switch code := status.Code(err); {
+	case took > faultDeadline || code == codes.DeadlineExceeded:
+		one.late = 1
+	case err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+		one.ok = 1
+	case err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		one.over = 1
+	case code == codes.Unavailable:
+		one.failed, one.failedTime = 1, took
+	default:
+		one.wrong = 1
+	}
+	i := int(begin.Sub(l.start) / faultSlice)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for len(l.slices) <= i {
+		l.slices = append(l.slices, tally{})
+	}
+	l.slices[i].add(one)
+	if one.late+one.wrong > 0 && len(l.wrongs) < 10 {
+		l.wrongs = append(l.wrongs, fmt.Sprintf("%s after %s: %v %v", strings.Join(pairs, ","), took.Round(time.Millisecond), resp.GetOverallCode(), err))
+	}
+}
+
+// since returns the time since the load started, for marking a fault.
+func (l *faultLoad) since() time.Duration { return time.Since(l.start) }
+
+func (l *faultLoad) stopLoad() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+}
+
+// between sums the slices that start in [from, to).
+func (l *faultLoad) between(from, to time.Duration) tally {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var sum tally
+	for i, s := range l.slices {
+		if at := time.Duration(i) * faultSlice; at >= from && at < to {
+			sum.add(s)
+		}
+	}
+	return sum
+}
+
+// backAt returns the start of the first slice at or after from from which
+// every call was OK to the end, and whether there is one.
+func (l *faultLoad) backAt(from time.Duration) (time.Duration, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	back, ok := time.Duration(0), false
+	for i, s := range l.slices {
+		at := time.Duration(i) * faultSlice
+		if at < from {
+			continue
+		}
+		switch {
+		case s.calls > 0 && s.ok == s.calls && !ok:
+			back, ok = at, true
+		case s.ok != s.calls:
+			ok = false
+		}
+	}
+	return back, ok
+}
+
+// report logs every slice, and fails the test for a call answered late or
+// other than OK, over limit or the failure mode's Unavailable.
+func (l *faultLoad) report(t *testing.T, marks map[time.Duration]string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	var all tally
+	for i, s := range l.slices {
+		at := time.Duration(i) * faultSlice
+		fmt.Fprintf(&b, "\n%6s  %s", at, s)
+		for m, what := range marks {
+			if m >= at && m < at+faultSlice {
+				fmt.Fprintf(&b, "  <- %s at %s", what, m.Round(time.Millisecond))
+			}
+		}
+		all.add(s)
+	}
+	t.Logf("%d callers, a %s deadline per call, per %s:%s", faultCallers, faultDeadline, faultSlice, b.String())
+	if all.late > 0 || all.wrong > 0 {
+		t.Errorf("%d calls answered late and %d wrongly, e.g. %q", all.late, all.wrong, l.wrongs)
+	}
+}
+
+// admitsExactly sends 60 concurrent calls for one new bucket of size 20,
+// over the replicas in turn: exactly 20 must pass.
+func admitsExactly(t *testing.T, replicas []*replica, name string) {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 60)
+	for i := range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			resp, err := replicas[i%len(replicas)].client.ShouldRateLimit(ctx, request([]string{"exact=" + name}))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("after the fault: %v", err)
+	}
+	if got := admitted.Load(); got != 20 {
+		t.Fatalf("after the fault, %d of 60 calls for a bucket of 20 were admitted over %d replicas, want exactly 20", got, len(replicas))
+	}
+}

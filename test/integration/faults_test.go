@@ -1,0 +1,249 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/breaker"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+)
+
+// The fault tests run a load over three replicas (faultload_test.go),
+// make a fault on real Redis processes in its middle, and check what
+// docs/reliability.md states: every call answered before its deadline,
+// by a decision or by the failure mode; the share decided while the fault
+// lasts; how soon every call is decided again; and that the replicas
+// admit exactly a limit afterwards.
+
+// onBreaker is the breaker as the binary sets it by default.
+var onBreaker = redis.Breaker{Trip: breaker.DefaultTrip, Cool: breaker.DefaultCool}
+
+// waitTrue polls cond every 50 ms until it holds, for at most within.
+func waitTrue(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// decidedAgain checks that every call was decided again within within of
+// healed, and returns how long it took.
+func decidedAgain(t *testing.T, l *faultLoad, healed, within time.Duration) time.Duration {
+	t.Helper()
+	back, ok := l.backAt(healed)
+	if !ok {
+		t.Fatalf("calls were still not all decided at the end of the load, %s after the fault healed", l.since()-healed)
+	}
+	took := max(back-healed, 0)
+	if took > within {
+		t.Errorf("every call decided again %s after the fault healed, want within %s", took, within)
+	}
+	return took
+}
+
+// TestClusterMasterKilled kills one of a Cluster's three masters under
+// load (cluster-require-full-coverage no, cluster-node-timeout 1000):
+// until its replica is promoted, calls for its slots are answered
+// Unavailable in time and the other masters' keys are decided; then every
+// call is decided again.
+func TestClusterMasterKilled(t *testing.T) {
+	c := redistest.StartCluster(t, "--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no")
+	rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, onBreaker)
+	l := startLoad(t, rs, oneLevel)
+	time.Sleep(2 * time.Second)
+	victim := c.Masters(t)[0]
+	killed := l.since()
+	victim.Stop()
+	waitTrue(t, 20*time.Second, "a replica promoted", func() bool { return len(c.Masters(t)) == 3 })
+	promoted := l.since()
+	time.Sleep(4 * time.Second)
+	l.stopLoad()
+	l.report(t, map[time.Duration]string{killed: "master killed", promoted: "replica promoted"})
+
+	during := l.between(killed.Truncate(faultSlice), promoted)
+	t.Logf("from the kill to the promotion (%s): %s", (promoted - killed).Round(time.Millisecond), during)
+	if during.okShare() < 0.5 {
+		t.Errorf("%.0f%% of calls decided with one master of three down, want at least half", 100*during.okShare())
+	}
+	took := decidedAgain(t, l, promoted, 3*time.Second)
+	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+promoted-killed)
+	admitsExactly(t, rs, "cluster-killed")
+}
+
+// TestClusterMasterHung stops one of a Cluster's masters (SIGSTOP) for 3
+// seconds under load, shorter than the node timeout (5 s): no failover,
+// calls for its slots are answered Unavailable in time and the others are
+// decided; once it resumes, every call is decided again. Without the
+// breaker, each call for the hung master waits out the store timeout;
+// with it, once the first calls timed out, the rest are answered at once.
+func TestClusterMasterHung(t *testing.T) {
+	c := redistest.StartCluster(t)
+	var waited [2]time.Duration
+	for i, b := range []redis.Breaker{{}, onBreaker} {
+		name := "without a breaker"
+		if b.Trip > 0 {
+			name = "with the breaker"
+		}
+		t.Run(name, func(t *testing.T) {
+			rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, b)
+			l := startLoad(t, rs, oneLevel)
+			time.Sleep(2 * time.Second)
+			victim := c.Masters(t)[0]
+			hung := l.since()
+			victim.Pause()
+			time.Sleep(3 * time.Second)
+			resumed := l.since()
+			victim.Resume()
+			time.Sleep(3 * time.Second)
+			l.stopLoad()
+			l.report(t, map[time.Duration]string{hung: "master hung", resumed: "master resumed"})
+
+			during := l.between(hung.Truncate(faultSlice)+faultSlice, resumed.Truncate(faultSlice))
+			t.Logf("while the master was hung: %s", during)
+			if during.okShare() < 0.5 {
+				t.Errorf("%.0f%% of calls decided with one master of three hung, want at least half", 100*during.okShare())
+			}
+			took := decidedAgain(t, l, resumed, 2*time.Second)
+			t.Logf("every call decided again %s after the master resumed", took)
+			admitsExactly(t, rs, "cluster-hung-"+strings.ReplaceAll(name, " ", "-"))
+			waited[i] = during.failedMean()
+		})
+	}
+	t.Logf("the hung master's calls were answered Unavailable in %s on average without a breaker, in %s with it", waited[0], waited[1])
+	if waited[1]*3 > waited[0] {
+		t.Errorf("the breaker did not cut the wait of the hung master's calls to a third")
+	}
+}
+
+// TestClusterSlowNodeNotCutOff makes one master slow but alive, blocked
+// 20 ms at a time (DEBUG SLEEP) half the time for 3 seconds, under load
+// with the breaker: its calls wait, well within their deadline, and none
+// is answered by the failure mode.
+func TestClusterSlowNodeNotCutOff(t *testing.T) {
+	c := redistest.StartCluster(t, "--enable-debug-command", "yes")
+	rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, onBreaker)
+	l := startLoad(t, rs, oneLevel)
+	time.Sleep(2 * time.Second)
+	slow := c.Masters(t)[0].Client(t)
+	began := l.since()
+	for time.Since(l.start) < began+3*time.Second {
+		if err := slow.Do(context.Background(), "DEBUG", "SLEEP", "0.02").Err(); err != nil {
+			t.Fatalf("DEBUG SLEEP: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ended := l.since()
+	time.Sleep(time.Second)
+	l.stopLoad()
+	l.report(t, map[time.Duration]string{began: "one master slow", ended: "fast again"})
+	during := l.between(began.Truncate(faultSlice), ended)
+	t.Logf("while one master was slow: %s", during)
+	if during.ok != during.calls {
+		t.Errorf("%d of %d calls not decided while a master was slow but alive, want none", during.calls-during.ok, during.calls)
+	}
+}
+
+// TestSentinelFailover kills the master a Sentinel watches
+// (down-after-milliseconds 1000) under load: until the Sentinel promotes
+// the replica, calls are answered Unavailable in time; then every call is
+// decided again, on the new master.
+func TestSentinelFailover(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", portOf(master.Addr()))
+	waitTrue(t, 10*time.Second, "the replica in sync", func() bool {
+		info, err := master.Client(t).Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+	sentinel := redistest.StartSentinel(t, master, "faults")
+	sc := goredis.NewSentinelClient(&goredis.Options{Addr: sentinel})
+	defer sc.Close()
+	waitTrue(t, 15*time.Second, "the Sentinel knowing the replica", func() bool {
+		rs, err := sc.Replicas(context.Background(), "faults").Result()
+		return err == nil && len(rs) == 1
+	})
+	rs := faultReplicas(t, 3, redis.ClientOptions{URL: "redis://localhost/0", SentinelMaster: "faults", SentinelAddrs: []string{sentinel}}, onBreaker)
+	l := startLoad(t, rs, oneLevel)
+	time.Sleep(2 * time.Second)
+	killed := l.since()
+	master.Stop()
+	rc := replica.Client(t)
+	waitTrue(t, 20*time.Second, "the replica promoted", func() bool {
+		role, err := rc.Do(context.Background(), "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	})
+	promoted := l.since()
+	time.Sleep(4 * time.Second)
+	l.stopLoad()
+	l.report(t, map[time.Duration]string{killed: "master killed", promoted: "replica promoted"})
+	took := decidedAgain(t, l, promoted, 3*time.Second)
+	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+promoted-killed)
+	admitsExactly(t, rs, "sentinel")
+}
+
+// portOf returns the port of a host:port address.
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// TestClusterReshard moves 2000 slots between masters under two-level
+// load (both levels' keys in one slot, decided by one script call): every
+// call is decided throughout, the moved keys' buckets with them.
+func TestClusterReshard(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, onBreaker)
+	l := startLoad(t, rs, twoLevels)
+	time.Sleep(2 * time.Second)
+	masters := c.Masters(t)
+	started := l.since()
+	c.Reshard(t, masters[0], masters[1], 2000)
+	done := l.since()
+	time.Sleep(time.Second)
+	l.stopLoad()
+	l.report(t, map[time.Duration]string{started: "resharding", done: "resharded"})
+	during := l.between(started.Truncate(faultSlice), done)
+	t.Logf("while 2000 slots moved (%s): %s", (done - started).Round(time.Millisecond), during)
+	if during.ok != during.calls {
+		t.Errorf("%d of %d calls not decided while slots moved, want none", during.calls-during.ok, during.calls)
+	}
+	admitsExactly(t, rs, "resharded")
+}
+
+// TestRedisRestartedEmpty kills a Redis without persistence under load
+// and starts it again, empty: calls are answered Unavailable in time while
+// it is down and decided again soon after; its buckets are gone, so a
+// bucket that was full admits its whole limit again (what
+// docs/reliability.md says a restart loses).
+func TestRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.New(t)
+	srv.Restart()
+	rs := faultReplicas(t, 3, redis.ClientOptions{URL: srv.URL()}, onBreaker)
+	admitsExactly(t, rs, "before-restart")
+	l := startLoad(t, rs, oneLevel)
+	time.Sleep(2 * time.Second)
+	killed := l.since()
+	srv.Stop()
+	time.Sleep(2 * time.Second)
+	restarted := l.since()
+	srv.Restart()
+	time.Sleep(3 * time.Second)
+	l.stopLoad()
+	l.report(t, map[time.Duration]string{killed: "Redis killed", restarted: "Redis restarted empty"})
+	down := l.between(killed.Truncate(faultSlice)+faultSlice, restarted.Truncate(faultSlice))
+	if down.ok+down.over > 0 {
+		t.Errorf("%d calls decided while Redis was down", down.ok+down.over)
+	}
+	took := decidedAgain(t, l, restarted, 2*time.Second)
+	t.Logf("while Redis was down: %s; every call decided again %s after it restarted", down, took)
+	admitsExactly(t, rs, "before-restart") // full before, empty now
+}
