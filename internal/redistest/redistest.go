@@ -377,34 +377,41 @@ func (c *Cluster) Reshard(t testing.TB, from, to *Server, slots int) {
 // returns its address once it knows the master.
 func StartSentinel(t testing.TB, master *Server, name string) string {
 	t.Helper()
+	host, mport, _ := net.SplitHostPort(master.addr)
+	addr := StartSentinelConf(t, fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n", name, host, mport, name))
+	client := goredis.NewSentinelClient(&goredis.Options{Addr: addr})
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := client.GetMasterAddrByName(context.Background(), name).Result(); err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Sentinel %s does not know master %s after 10s", addr, name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// StartSentinelConf starts a Sentinel with the directives conf (after its
+// port, address, directory and log file), and returns its address.
+func StartSentinelConf(t testing.TB, conf string) string {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		Unavailable(t, "a Sentinel needs redis-server on PATH: install redis-server")
 	}
 	port := FreePort(t)
 	dir := t.TempDir()
-	host, mport, _ := net.SplitHostPort(master.addr)
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n",
-		port, dir, filepath.Join(dir, "sentinel.log"), name, host, mport, name)
-	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+	path := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n%s", port, dir, filepath.Join(dir, "sentinel.log"), conf)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: []string{conf, "--sentinel"}}
+	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: []string{path, "--sentinel"}}
 	s.Restart()
 	t.Cleanup(s.Stop)
-	client := goredis.NewSentinelClient(&goredis.Options{Addr: s.addr})
-	defer client.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := client.GetMasterAddrByName(context.Background(), name).Result(); err == nil {
-			return s.addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Sentinel %s does not know master %s after 10s", s.addr, name)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s.addr
 }
 
 // CommandCalls returns the calls Redis has counted of each command
