@@ -26,14 +26,8 @@ runs=${out%.svg}.tsv
 cd "$(dirname "$0")/.."
 command -v go >/dev/null || { echo "plot: go is not on PATH" >&2; exit 1; }
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=workdir.sh
+source scripts/workdir.sh
 
 log() { echo "plot: $*" >&2; }
 

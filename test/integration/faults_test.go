@@ -185,6 +185,7 @@ func TestSentinelFailover(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	l.stopLoad()
 	l.report(t, map[time.Duration]string{killed: "master killed", promoted: "replica promoted"})
+	t.Logf("from the kill to the promotion (%s): %s", (promoted - killed).Round(time.Millisecond), l.between(killed.Truncate(faultSlice)+faultSlice, promoted.Truncate(faultSlice)))
 	took := decidedAgain(t, l, promoted, 3*time.Second)
 	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+promoted-killed)
 	admitsExactly(t, rs, "sentinel")
