@@ -32,6 +32,15 @@ type batcher struct {
 	busy   map[uint16]bool      // slots with a call out
 	freed  map[uint16]time.Time // when a slot's last call returned (with wait only)
 	closed bool
+	// gap is the time between requests, a moving average (with wait
+	// only), and last when the last came.
+	gap  time.Duration
+	last time.Time
+	// lonely counts the waits in a row that no other request joined (a
+	// lone caller waiting on each answer): past lonelyWaits, requests go
+	// at once, but for one in lonelyProbe, which waits to learn whether
+	// others come again; skipped counts the requests since.
+	lonely, skipped int
 
 	wake     chan struct{}
 	inflight chan struct{} // a place per call out
@@ -44,6 +53,7 @@ type queued struct {
 	ctx     context.Context
 	since   time.Time // when it was queued
 	at      int64     // time to decide at, or -1 for Redis's
+	mayWait bool      // it found its slot idle, and may wait for others
 	keys    []string
 	buckets []limit.Bucket
 	results []limit.Result // the batcher's own: written into dst if the caller still waits
@@ -56,8 +66,8 @@ type queued struct {
 
 func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 	b := &batcher{s: s, limit: limit, wait: wait, queues: map[uint16][]*queued{}, busy: map[uint16]bool{},
-		freed: map[uint16]time.Time{},
-		wake:  make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
+		freed: map[uint16]time.Time{}, gap: wait,
+		wake: make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.timer = time.AfterFunc(time.Hour, b.signal)
 	go b.loop()
@@ -77,8 +87,21 @@ func (b *batcher) submit(ctx context.Context, slot uint16, at int64, keys []stri
 	}
 	if len(b.queues[slot]) == 0 {
 		b.slots = append(b.slots, slot)
+		if b.wait > 0 && !b.busy[slot] {
+			q.mayWait = b.lonely < lonelyWaits
+			if !q.mayWait {
+				b.skipped++
+				q.mayWait = b.skipped%lonelyProbe == 0
+			}
+		}
 	}
 	b.queues[slot] = append(b.queues[slot], q)
+	if b.wait > 0 {
+		if !b.last.IsZero() {
+			b.gap += (min(q.since.Sub(b.last), b.wait) - b.gap) / 8
+		}
+		b.last = q.since
+	}
 	b.mu.Unlock()
 	b.signal()
 	select {
@@ -158,9 +181,11 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 		q := b.queues[slot]
 		// Requests that came while the slot's call was out have waited for
 		// it: they go at once. One that found the slot idle may wait for
-		// others.
-		if b.wait > 0 && len(q) < b.limit && q[0].since.After(b.freed[slot]) {
-			if w := b.wait - time.Since(q[0].since); w > 0 {
+		// others, for as long as a few would take to come at the recent
+		// pace: with few callers, each waiting on its answer, a longer
+		// wait only delays them all.
+		if q[0].mayWait && len(q) < b.limit && q[0].since.After(b.freed[slot]) {
+			if w := min(b.wait, waitGaps*b.gap) - time.Since(q[0].since); w > 0 {
 				if wait == 0 || w < wait {
 					wait = w
 				}
@@ -168,6 +193,13 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 			}
 		}
 		n := min(len(q), b.limit)
+		if q[0].mayWait {
+			if n == 1 {
+				b.lonely++
+			} else {
+				b.lonely, b.skipped = 0, 0
+			}
+		}
 		group := q[:n:n]
 		if n == len(q) {
 			delete(b.queues, slot)
@@ -181,6 +213,17 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 	}
 	return nil, 0, wait
 }
+
+// waitGaps is how many of the recent gaps between requests one that found
+// its slot idle waits at most for others (and at most the batch wait).
+const waitGaps = 4
+
+// lonelyWaits waits in a row that no request joined stop the waiting; then
+// one request in lonelyProbe waits, to find out whether others come again.
+const (
+	lonelyWaits = 4
+	lonelyProbe = 16
+)
 
 // release marks a slot's call done.
 func (b *batcher) release(slot uint16) {

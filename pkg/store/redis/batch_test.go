@@ -121,3 +121,47 @@ func scriptCalls(t *testing.T, c *goredis.Client) int64 {
 	calls := redistest.CommandCalls(t, c)
 	return int64(calls["evalsha"] + calls["eval"])
 }
+
+// TestBatchWaitLetsFewCallersGo: the batch wait gathers requests only where
+// others come. A lone caller, each request waiting on its answer, waits a
+// few times, then its requests go at once (but for a probe in 16); and
+// callers that send together after each answer wait only a few of the gaps
+// between them. Each would take at least calls times the wait (2 s) if
+// every request that found its slot idle waited it out.
+func TestBatchWaitLetsFewCallersGo(t *testing.T) {
+	srv := redistest.Start(t)
+	const wait, calls = 50 * time.Millisecond, 40
+	l := limit.Limit{Size: 1 << 30, DripRate: time.Hour, DripSize: 1}
+	for _, callers := range []int{1, 8} {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+		s, err := New(Options{Client: c, Batch: 64, BatchWait: wait, Prefix: fmt.Sprintf("few%d:", callers)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		errs := make(chan error, callers)
+		for w := range callers {
+			go func() {
+				for i := range calls {
+					key := fmt.Sprintf("api|user=c%d-%d", w, i)
+					if err := s.Apply(context.Background(), time.Now(), []limit.Bucket{{Key: key, Limit: l, Hits: 1}}, make([]limit.Result, 1)); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range callers {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		s.Close()
+		t.Logf("%d callers, %d requests each, batch wait %s: %s", callers, calls, wait, took.Round(time.Millisecond))
+		if took > calls*wait/2 {
+			t.Errorf("%d callers: %s for %d requests each, most of them waiting out the batch wait", callers, took.Round(time.Millisecond), calls)
+		}
+	}
+}

@@ -85,7 +85,9 @@ type Options struct {
 	// sends at once. Where few requests reach Redis (the local-first
 	// mode's), a short wait makes calls of several requests, and saves
 	// Redis and the service the cost of a call for each. Requests that
-	// came while the slot's call was out go as soon as it returns.
+	// came while the slot's call was out go as soon as it returns. The
+	// wait is cut short where it only delays: few callers, each waiting
+	// on its answer (batch.go).
 	BatchWait time.Duration
 	// Breaker, if Trip is not 0, answers the calls of a Redis node (of
 	// the whole Redis, but for a Cluster) by the failure mode at once
