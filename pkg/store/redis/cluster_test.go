@@ -188,3 +188,65 @@ func TestCheckAfterClose(t *testing.T) {
 		t.Fatalf("Check after Close: %v, want errClosed", err)
 	}
 }
+
+// TestClusterSendsAgainWhileSlotMoves splits a request's two keys between
+// two masters in the middle of moving their slot, as a reshard does key by
+// key: Redis answers TRYAGAIN (the script does not run), and the call is
+// sent again until the slot has moved, then decided once.
+func TestClusterSendsAgainWhileSlotMoves(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	s, err := New(Options{Connect: &ClientOptions{URL: cl.URL(), Cluster: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := limit.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
+	b := []limit.Bucket{{Key: "api|user=mover", Limit: l, Hits: 1}, {Key: "api|user=mover|action=a", Limit: l, Hits: 1}}
+	if err := s.Apply(ctx, time.Now(), b, make([]limit.Result, 2)); err != nil {
+		t.Fatal(err)
+	}
+	keys := redisKeys(s, b)
+	sl := int64(slot(keys[0]))
+	from := masterOf(t, cl, keys[0])
+	var to *goredis.Client
+	for _, n := range cl.Masters(t) {
+		if c := n.Client(t); c.Options().Addr != from.Options().Addr {
+			to = c
+			break
+		}
+	}
+	id := func(c *goredis.Client) string { return c.Do(ctx, "CLUSTER", "MYID").Val().(string) }
+	fromID, toID := id(from), id(to)
+	host, port, _ := strings.Cut(to.Options().Addr, ":")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(to.Do(ctx, "CLUSTER", "SETSLOT", sl, "IMPORTING", fromID).Err())
+	must(from.Do(ctx, "CLUSTER", "SETSLOT", sl, "MIGRATING", toID).Err())
+	must(from.Migrate(ctx, host, port, keys[1], 0, time.Second).Err()) // one key moved, one not: TRYAGAIN
+	moved := make(chan error, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		err := from.Migrate(ctx, host, port, keys[0], 0, time.Second).Err()
+		for _, c := range []*goredis.Client{to, from} {
+			if err == nil {
+				err = c.Do(ctx, "CLUSTER", "SETSLOT", sl, "NODE", toID).Err()
+			}
+		}
+		moved <- err
+	}()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	res := make([]limit.Result, 2)
+	if err := s.Apply(cctx, time.Now(), b, res); err != nil {
+		t.Fatalf("a request whose slot was moving: %v", err)
+	}
+	must(<-moved)
+	if res[0].Remaining != 98 || res[1].Remaining != 98 {
+		t.Fatalf("remaining %d and %d after two requests of one hit, want 98 each: decided once", res[0].Remaining, res[1].Remaining)
+	}
+}

@@ -226,18 +226,47 @@ func runScript(ctx context.Context, c *clients, s *luaScript, keys, args []strin
 		return nil, err
 	}
 	begin := time.Now()
-	cmd := goredis.NewIntSliceCmd(ctx, cmdArgs...)
-	err = c.process(ctx, noRetry{cmd})
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmdArgs[0], cmdArgs[1] = "eval", &s.src
+	var cmd *goredis.IntSliceCmd
+	for try := 1; ; try++ {
 		cmd = goredis.NewIntSliceCmd(ctx, cmdArgs...)
 		err = c.process(ctx, noRetry{cmd})
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			cmdArgs[0], cmdArgs[1] = "eval", &s.src
+			cmd = goredis.NewIntSliceCmd(ctx, cmdArgs...)
+			err = c.process(ctx, noRetry{cmd})
+		}
+		// TRYAGAIN: a Cluster slot is moving, and some of the call's keys
+		// have moved, others not. The script did not run, so it is sent
+		// again, a moment later, while the call has time.
+		if !goredis.IsTryAgainError(err) || try == tryAgainTimes || !sleepCtx(ctx, tryAgainPause) {
+			break
+		}
 	}
 	c.done(ctx, ticket, begin, err)
 	if err != nil {
 		return nil, fmt.Errorf("redis script: %w", err)
 	}
 	return cmd.Val(), nil
+}
+
+// tryAgainTimes bounds the sends of a script call that Redis answers
+// TRYAGAIN (a slot being moved), tryAgainPause apart, within the call's
+// own deadline: moving a slot's keys takes milliseconds.
+const (
+	tryAgainTimes = 50
+	tryAgainPause = 2 * time.Millisecond
+)
+
+// sleepCtx sleeps for d, and reports false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // process sends cmd, in the next batch if calls are batched, and waits for
