@@ -165,8 +165,12 @@ func TestLocalFirstBound(t *testing.T) {
 
 // TestLocalFirstFewRedisCalls checks that local-first replicas under a
 // large limit ask Redis about buckets, not requests: 3000 requests on 10
-// keys cost a few calls per key (its first requests are decided on Redis,
-// the third asks for units, and the rest are decided locally).
+// keys cost a few calls per key. A key's first requests are decided on
+// Redis, the third asks for units, in the background, and the rest are
+// decided locally: once the asks are answered, the last 2900 requests
+// make no more than a call or so per key. (While an ask is out, requests
+// for its bucket are decided on Redis: how many depends on how soon the
+// machine runs the ask, so the first 100 are counted apart.)
 func TestLocalFirstFewRedisCalls(t *testing.T) {
 	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "localfirst.yaml", Data: []byte(`
 domain: api
@@ -192,18 +196,33 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := redistest.CommandCalls(t, admin)
-	for i := range 3000 {
-		resp, err := svc.ShouldRateLimit(context.Background(), request([]string{fmt.Sprintf("user=u%d", i%10)}))
-		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-			t.Fatalf("call %d: %v %v", i, resp, err)
+	scripts := func() int {
+		c := redistest.CommandCalls(t, admin)
+		return c["evalsha"] + c["eval"]
+	}
+	send := func(from, to int) {
+		for i := from; i < to; i++ {
+			resp, err := svc.ShouldRateLimit(context.Background(), request([]string{fmt.Sprintf("user=u%d", i%10)}))
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("call %d: %v %v", i, resp, err)
+			}
 		}
 	}
-	after := redistest.CommandCalls(t, admin)
-	calls := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]
-	t.Logf("3000 requests on 10 keys: %d script calls", calls)
-	if calls > 10*5 {
-		t.Fatalf("%d script calls for 3000 requests on 10 keys, want at most a few per key", calls)
+	start := scripts()
+	send(0, 100)
+	// The asks answered: no script call for 100 ms.
+	warm, quiet := scripts(), time.Now()
+	for time.Since(quiet) < 100*time.Millisecond {
+		time.Sleep(10 * time.Millisecond)
+		if n := scripts(); n != warm {
+			warm, quiet = n, time.Now()
+		}
+	}
+	send(100, 3000)
+	steady := scripts() - warm
+	t.Logf("3000 requests on 10 keys: %d script calls for the first 100, %d for the other 2900", warm-start, steady)
+	if steady > 10 {
+		t.Fatalf("%d script calls for 2900 requests on 10 keys holding units, want at most one per key", steady)
 	}
 }
 
