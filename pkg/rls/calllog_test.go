@@ -50,11 +50,19 @@ func TestDebugLogLine(t *testing.T) {
 	// Off, the line costs nothing: a call allocates as with no logger at all.
 	quiet, _ := newService(t, Options{})
 	req := request("api", desc("user=bob", "action=trade"))
-	off := testing.AllocsPerRun(200, func() { svc.ShouldRateLimit(ctx, req) })
-	none := testing.AllocsPerRun(200, func() { quiet.ShouldRateLimit(ctx, req) })
+	// The race detector drops pooled objects at random: each count is the
+	// least of three runs, and may still be one over.
+	allocs := func(s *Service) float64 {
+		least := testing.AllocsPerRun(200, func() { s.ShouldRateLimit(ctx, req) })
+		for range 2 {
+			least = min(least, testing.AllocsPerRun(200, func() { s.ShouldRateLimit(ctx, req) }))
+		}
+		return least
+	}
+	off, none := allocs(svc), allocs(quiet)
 	slack := 0.0
 	if raceEnabled {
-		slack = 1 // the pooled work of a call is sometimes dropped
+		slack = 1
 	}
 	if off > none+slack {
 		t.Errorf("a call allocates %v times with debug off, more than the %v with a discarding logger", off, none)
