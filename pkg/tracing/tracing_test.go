@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,12 +78,24 @@ func serveGRPC(t testing.TB, svc *rls.Service) *grpc.ClientConn {
 	s := rls.NewGRPCServer(svc, hs, slog.New(slog.DiscardHandler))
 	go s.Serve(l)
 	t.Cleanup(s.Stop)
+	servers.Store(t, s)
 	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// servers holds each test's gRPC server, for stopGRPC.
+var servers sync.Map
+
+// stopGRPC stops the test's gRPC server gracefully: it returns once every
+// call's handler has.
+func stopGRPC(t testing.TB) {
+	if s, ok := servers.Load(t); ok {
+		s.(*grpc.Server).GracefulStop()
+	}
 }
 
 func start(t *testing.T, endpoint string) *tracing.Tracing {
@@ -179,6 +192,11 @@ func TestSpansOverGRPC(t *testing.T) {
 	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	// A call's span ends as its handler returns, which may come after the
+	// caller has its answer: the server stops gracefully, which waits for
+	// every handler, before the spans are flushed.
+	conn.Close()
+	stopGRPC(t)
 	flush(t, tr)
 
 	spans := collector.Wait(t, 10*time.Second, func(s []otlptest.Span) bool { return len(s) >= 6 })
