@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/testpki"
 )
 
@@ -35,26 +36,9 @@ import (
 type server struct {
 	grpcAddr, httpAddr string
 	adminAddr          string
-	stderr             *lockedBuffer
+	stderr             *binarytest.Output
 	cancel             context.CancelFunc
 	exit               chan int
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startServe runs serve with args on loopback ports and waits until it
@@ -67,7 +51,7 @@ func startServe(t *testing.T, args ...string) *server {
 // startServeWith is startServe listening through listen.
 func startServeWith(t *testing.T, listen func(network, addr string) (net.Listener, error), args ...string) *server {
 	t.Helper()
-	s := &server{stderr: &lockedBuffer{}, exit: make(chan int, 1)}
+	s := &server{stderr: &binarytest.Output{}, exit: make(chan int, 1)}
 	a := &app{stdout: io.Discard, stderr: s.stderr, listen: listen, lookupEnv: func(string) (string, bool) { return "", false }}
 	addrs := make(chan listenAddrs, 1)
 	a.ready = func(l listenAddrs) { addrs <- l }

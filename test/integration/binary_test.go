@@ -1,16 +1,12 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,64 +20,24 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
 // envoyRLS returns the path of the envoy-rls binary, built once per run.
-func envoyRLS(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "envoy-rls-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "envoy-rls")
-		out, err := exec.Command("go", "build", "-o", binary, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
+func envoyRLS(t *testing.T) string { return binarytest.Build(t, "../..") }
 
 // process is the real binary running.
 type process struct {
 	cmd                *exec.Cmd
-	out                *syncBuffer
+	out                *binarytest.Output
 	grpcAddr, httpAddr string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
 	p := &process{
-		out:      &syncBuffer{},
+		out:      &binarytest.Output{},
 		grpcAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 		httpAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
 	}
@@ -191,8 +147,6 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 func TestMain(m *testing.M) {
 	goredis.SetLogger(quietRedis{})
 	code := m.Run()
-	if binary != "" {
-		os.RemoveAll(filepath.Dir(binary))
-	}
+	binarytest.Remove()
 	os.Exit(code)
 }

@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/testpki"
@@ -93,7 +94,7 @@ func startAsRatelimit(t *testing.T, host string, env ...string) *process {
 		t.Fatal(err)
 	}
 	httpPort, grpcPort := redistest.FreePort(t), redistest.FreePort(t)
-	p := &process{cmd: exec.Command(ratelimit), out: &syncBuffer{},
+	p := &process{cmd: exec.Command(ratelimit), out: &binarytest.Output{},
 		grpcAddr: net.JoinHostPort(host, strconv.Itoa(grpcPort)), httpAddr: net.JoinHostPort(host, strconv.Itoa(httpPort))}
 	p.cmd.Env = append(env, "HOST="+host, "GRPC_HOST="+host, "PORT="+strconv.Itoa(httpPort), "GRPC_PORT="+strconv.Itoa(grpcPort))
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

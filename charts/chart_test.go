@@ -1,0 +1,297 @@
+// Package charts tests the Helm chart: it lints and renders it for every
+// values file of envoy-rls/ci, decodes every object strictly into its
+// Kubernetes type, runs the binary's own checks on the rendered config and
+// container arguments, and checks that the schema refuses bad values. It
+// is a module of its own, so that Helm's and Kubernetes's libraries stay
+// out of the service's.
+package charts
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
+)
+
+const chartDir = "envoy-rls"
+
+// render lints and renders the chart with the values of file, as helm
+// template would, and returns the rendered manifests by template name.
+func render(t *testing.T, file string) (map[string]string, error) {
+	t.Helper()
+	vals, err := chartutil.ReadValuesFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "rls", Namespace: "rate-limit", IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	linted := lint.All(chartDir, vals, "rate-limit", false)
+	for _, m := range linted.Messages {
+		if m.Severity >= support.WarningSev {
+			t.Errorf("helm lint with %s: %s", file, m)
+		}
+	}
+	return engine.Render(ch, rv)
+}
+
+// objects splits rendered manifests into documents, keyed by kind/name.
+func objects(t *testing.T, out map[string]string) map[string][]byte {
+	t.Helper()
+	objs := map[string][]byte{}
+	names := make([]string, 0, len(out))
+	for name := range out {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		for _, doc := range strings.Split(out[name], "\n---") {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			var meta struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%s: %v\n%s", name, err, doc)
+			}
+			if meta.Kind == "" {
+				continue // a template that rendered nothing but comments
+			}
+			objs[meta.Kind+"/"+meta.Metadata.Name] = []byte(doc)
+		}
+	}
+	return objs
+}
+
+// decodeStrict decodes a manifest into v, failing on any field v's type
+// does not have.
+func decodeStrict(t *testing.T, what string, doc []byte, v any) {
+	t.Helper()
+	js, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s does not decode strictly: %v\n%s", what, err, doc)
+	}
+}
+
+// typed is the Kubernetes type of each kind the chart renders; a
+// ServiceMonitor (a CRD) is checked for its fields by hand.
+func typed(kind string) any {
+	switch kind {
+	case "Deployment":
+		return &appsv1.Deployment{}
+	case "Service":
+		return &corev1.Service{}
+	case "ConfigMap":
+		return &corev1.ConfigMap{}
+	case "PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}
+	case "HorizontalPodAutoscaler":
+		return &autoscalingv2.HorizontalPodAutoscaler{}
+	case "NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}
+	}
+	return nil
+}
+
+func TestChartRendersEachExample(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*.yaml"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("values files in ci/: %v %v", files, err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			out, err := render(t, file)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			objs := objects(t, out)
+			var dep *appsv1.Deployment
+			var cms []*corev1.ConfigMap
+			for key, doc := range objs {
+				kind, _, _ := strings.Cut(key, "/")
+				v := typed(kind)
+				if v == nil {
+					if kind != "ServiceMonitor" {
+						t.Fatalf("%s: a kind the test does not know", key)
+					}
+					continue
+				}
+				decodeStrict(t, key, doc, v)
+				switch o := v.(type) {
+				case *appsv1.Deployment:
+					dep = o
+				case *corev1.ConfigMap:
+					cms = append(cms, o)
+				}
+			}
+			if dep == nil {
+				t.Fatal("no Deployment")
+			}
+			checkPod(t, file, dep, cms)
+		})
+	}
+}
+
+// checkPod checks the pod the Deployment runs: hardened, probed, given a
+// grace period past its shutdown delay, and started with a config and
+// arguments the binary accepts.
+func checkPod(t *testing.T, file string, dep *appsv1.Deployment, cms []*corev1.ConfigMap) {
+	t.Helper()
+	pod := dep.Spec.Template.Spec
+	c := pod.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("the container is not hardened: %+v", sc)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || c.ReadinessProbe.GRPC.Service == nil ||
+		*c.ReadinessProbe.GRPC.Service != "envoy.service.ratelimit.v3.RateLimitService" ||
+		c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("probes: readiness %+v, liveness %+v", c.ReadinessProbe, c.LivenessProbe)
+	}
+	var config *corev1.ConfigMap
+	for _, cm := range cms {
+		if !strings.HasSuffix(cm.Name, "-dashboard") {
+			config = cm
+		}
+	}
+	if config == nil {
+		t.Fatal("no config ConfigMap")
+	}
+	dir := t.TempDir()
+	for name, body := range config.Data {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command(binary(t), "check-config", dir).CombinedOutput(); err != nil {
+		t.Errorf("check-config of the rendered ConfigMap: %v\n%s", err, out)
+	}
+	if len(c.Command) > 0 {
+		return // the drop-in start: the reference's environment, no flags
+	}
+	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= 10 {
+		t.Errorf("terminationGracePeriodSeconds %v, not past the shutdown delay", pod.TerminationGracePeriodSeconds)
+	}
+	startsWith(t, c.Args, dir)
+}
+
+// startsWith starts the binary with a container's arguments, its paths
+// moved here (the config to dir, secrets to files made for them): it must
+// get past parsing and checking its flags and serve, which it logs.
+func startsWith(t *testing.T, args []string, dir string) {
+	t.Helper()
+	secret := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var run []string
+	for _, a := range args[1:] { // after serve
+		name, value, hasValue := strings.Cut(a, "=")
+		switch name {
+		case "-config":
+			value = dir
+		case "-grpc-addr", "-http-addr":
+			value = "127.0.0.1:0"
+		case "-redis-password-file":
+			value = secret
+		case "-redis-tls-ca":
+			continue // the mounted CA: not here
+		}
+		if hasValue {
+			run = append(run, name+"="+value)
+		} else {
+			run = append(run, name)
+		}
+	}
+	run = append([]string{args[0]}, append(run, "-admin-addr=")...)
+	cmd := exec.Command(binary(t), run...)
+	out := &binarytest.Output{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for range 100 {
+		select {
+		case err := <-done:
+			t.Fatalf("envoy-rls %s exited: %v\n%s", strings.Join(run, " "), err, out.String())
+		default:
+		}
+		if strings.Contains(out.String(), "envoy-rls serving") {
+			cmd.Process.Kill()
+			<-done
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	<-done
+	t.Fatalf("envoy-rls %s did not serve within 5s:\n%s", strings.Join(run, " "), out.String())
+}
+
+// TestSchemaRefusesBadValues renders each file of testdata/bad: the
+// schema must refuse it, with a message naming the value.
+func TestSchemaRefusesBadValues(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no bad values files")
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, _ := strings.Cut(string(body), "\n")
+			want := strings.TrimSpace(strings.TrimPrefix(first, "# refused for:"))
+			_, err = render(t, file)
+			if err == nil {
+				t.Fatalf("the schema accepted %s", file)
+			}
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("refused with %q, which does not name %q", err, want)
+			}
+		})
+	}
+}
+
+// binary builds envoy-rls from the repository once.
+func binary(t *testing.T) string { return binarytest.Build(t, "..") }
