@@ -79,7 +79,8 @@ func objects(t *testing.T, out map[string]string) map[string][]byte {
 			var meta struct {
 				Kind     string `json:"kind"`
 				Metadata struct {
-					Name string `json:"name"`
+					Name      string `json:"name"`
+					Namespace string `json:"namespace"`
 				} `json:"metadata"`
 			}
 			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
@@ -87,6 +88,9 @@ func objects(t *testing.T, out map[string]string) map[string][]byte {
 			}
 			if meta.Kind == "" {
 				continue // a template that rendered nothing but comments
+			}
+			if meta.Metadata.Namespace != "rate-limit" {
+				t.Errorf("%s %s: namespace %q, not the release's", meta.Kind, meta.Metadata.Name, meta.Metadata.Namespace)
 			}
 			objs[meta.Kind+"/"+meta.Metadata.Name] = []byte(doc)
 		}
