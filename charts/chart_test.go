@@ -9,6 +9,7 @@ package charts
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,12 @@ const chartDir = "envoy-rls"
 // template would, and returns the rendered manifests by template name.
 func render(t *testing.T, file string) (map[string]string, error) {
 	t.Helper()
+	return renderAs(t, file, "rls")
+}
+
+// renderAs is render for release release.
+func renderAs(t *testing.T, file, release string) (map[string]string, error) {
+	t.Helper()
 	vals, err := chartutil.ReadValuesFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +53,7 @@ func render(t *testing.T, file string) (map[string]string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: "rls", Namespace: "rate-limit", IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{Name: release, Namespace: "rate-limit", IsInstall: true, Revision: 1}, chartutil.DefaultCapabilities)
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +276,67 @@ func startsWith(t *testing.T, args []string, dir string) {
 	cmd.Process.Kill()
 	<-done
 	t.Fatalf("envoy-rls %s did not serve within 5s:\n%s", strings.Join(run, " "), out.String())
+}
+
+var update = flag.Bool("update", false, "write examples/kubernetes/envoy-rls.yaml from the chart")
+
+// kindOrder is the order of kinds in a generated manifest: what a kind
+// refers to comes before it.
+var kindOrder = []string{"ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "ServiceMonitor"}
+
+// TestKubernetesExample: examples/kubernetes/envoy-rls.yaml is the chart
+// rendered with examples/kubernetes/values.yaml, as release envoy-rls in
+// namespace rate-limit (-update writes it).
+func TestKubernetesExample(t *testing.T) {
+	values := filepath.Join("..", "examples", "kubernetes", "values.yaml")
+	out, err := renderAs(t, values, "envoy-rls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, out)
+	keys := make([]string, 0, len(objs))
+	for k := range objs {
+		keys = append(keys, k)
+	}
+	rank := func(key string) int {
+		kind, _, _ := strings.Cut(key, "/")
+		for i, k := range kindOrder {
+			if k == kind {
+				return i
+			}
+		}
+		return len(kindOrder)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if ri, rj := rank(keys[i]), rank(keys[j]); ri != rj {
+			return ri < rj
+		}
+		return keys[i] < keys[j]
+	})
+	var b strings.Builder
+	b.WriteString("# envoy-rls: three replicas sharing the Redis of redis.yaml.\n#   kubectl apply -f redis.yaml -f envoy-rls.yaml\n")
+	b.WriteString("# Envoy reaches it at envoy-rls.rate-limit.svc.cluster.local:8081 (HTTP/2).\n")
+	b.WriteString("# Generated from charts/envoy-rls with values.yaml (release envoy-rls):\n#   cd charts && go test -run TestKubernetesExample -update\n")
+	for _, k := range keys {
+		b.WriteString("---\n")
+		b.WriteString(strings.TrimLeft(string(objs[k]), "\n"))
+		if !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+	}
+	path := filepath.Join("..", "examples", "kubernetes", "envoy-rls.yaml")
+	if *update {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != b.String() {
+		t.Fatalf("%s is not what the chart renders with values.yaml: run go test -run TestKubernetesExample -update in charts", path)
+	}
 }
 
 // TestSchemaRefusesBadValues renders each file of testdata/bad: the
