@@ -30,7 +30,6 @@ type batcher struct {
 	queues map[uint16][]*queued // by slot; one, 0, for a single Redis
 	slots  []uint16             // slots with requests waiting, oldest first
 	busy   map[uint16]bool      // slots with a call out
-	freed  map[uint16]time.Time // when a slot's last call returned (with wait only)
 	closed bool
 	// gap is the time between requests, a moving average (with wait
 	// only), and last when the last came.
@@ -66,7 +65,7 @@ type queued struct {
 
 func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 	b := &batcher{s: s, limit: limit, wait: wait, queues: map[uint16][]*queued{}, busy: map[uint16]bool{},
-		freed: map[uint16]time.Time{}, gap: wait,
+		gap:  wait,
 		wake: make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	b.timer = time.AfterFunc(time.Hour, b.signal)
@@ -184,7 +183,7 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 		// others, for as long as a few would take to come at the recent
 		// pace: with few callers, each waiting on its answer, a longer
 		// wait only delays them all.
-		if q[0].mayWait && len(q) < b.limit && q[0].since.After(b.freed[slot]) {
+		if q[0].mayWait && len(q) < b.limit {
 			if w := min(b.wait, waitGaps*b.gap) - time.Since(q[0].since); w > 0 {
 				if wait == 0 || w < wait {
 					wait = w
@@ -229,9 +228,6 @@ const (
 func (b *batcher) release(slot uint16) {
 	b.mu.Lock()
 	delete(b.busy, slot)
-	if b.wait > 0 {
-		b.freed[slot] = time.Now()
-	}
 	b.mu.Unlock()
 }
 
