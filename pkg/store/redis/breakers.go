@@ -13,20 +13,20 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/breaker"
 )
 
-// allow returns the node a script call on keys goes to (a Cluster's
-// master of their slot; the one server otherwise) and its breaker's
-// ticket, or an error wrapping breaker.ErrOpen when the node's breaker is
-// open: the call is not sent, and the failure mode answers at once.
-func (c *clients) allow(ctx context.Context, keys []string) (string, breaker.Ticket, error) {
+// allow returns the breaker's ticket for a script call on keys, sent to
+// their node (a Cluster's master of their slot; the one server
+// otherwise), or an error wrapping breaker.ErrOpen when the node's breaker
+// is open: the call is not sent, and the failure mode answers at once.
+func (c *clients) allow(ctx context.Context, keys []string) (breaker.Ticket, error) {
 	if c.breakers == nil {
-		return "", breaker.Ticket{}, nil
+		return breaker.Ticket{}, nil
 	}
 	node := c.node(ctx, keys)
 	t, ok := c.breakers.Allow(node)
 	if !ok {
-		return node, t, fmt.Errorf("redis %s: %w", node, breaker.ErrOpen)
+		return t, fmt.Errorf("redis %s: %w", node, breaker.ErrOpen)
 	}
-	return node, t, nil
+	return t, nil
 }
 
 // node names the server a call on keys goes to.

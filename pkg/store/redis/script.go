@@ -221,7 +221,7 @@ func runScript(ctx context.Context, c *clients, s *luaScript, keys, args []strin
 	for i := range args {
 		cmdArgs = append(cmdArgs, &args[i])
 	}
-	_, ticket, err := c.allow(ctx, keys)
+	ticket, err := c.allow(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
