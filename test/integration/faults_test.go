@@ -51,6 +51,58 @@ func decidedAgain(t *testing.T, l *faultLoad, healed, within time.Duration) time
 	return took
 }
 
+// fault is a fault made in the middle of a load (underFault), and when
+// it began and healed, as times of the load.
+type fault struct {
+	load          *faultLoad
+	began, healed time.Duration
+}
+
+// underFault runs a load of pairs on rs for 2 s, then begin, which makes
+// the fault, and heal, which waits for its end or ends it; the load runs
+// on for after, then stops and is reported, the fault's start and end
+// named by what.
+func underFault(t *testing.T, rs []*replica, pairs func(c, i int) []string, what [2]string, begin, heal func(), after time.Duration) fault {
+	t.Helper()
+	l := startLoad(t, rs, pairs)
+	time.Sleep(2 * time.Second)
+	f := fault{load: l, began: l.since()}
+	begin()
+	heal()
+	f.healed = l.since()
+	time.Sleep(after)
+	l.stopLoad()
+	l.report(t, map[time.Duration]string{f.began: what[0], f.healed: what[1]})
+	return f
+}
+
+// during sums the load's slices wholly within the fault.
+func (f fault) during() tally {
+	return f.load.between(f.began.Truncate(faultSlice)+faultSlice, f.healed.Truncate(faultSlice))
+}
+
+// halfDecided fails the test unless at least half the calls within f were
+// decided (one master of three down or hung), and returns them.
+func halfDecided(t *testing.T, f fault, what string) tally {
+	t.Helper()
+	d := f.during()
+	t.Logf("while %s (%s): %s", what, (f.healed - f.began).Round(time.Millisecond), d)
+	if d.okShare() < 0.5 {
+		t.Errorf("%.0f%% of calls decided while %s, want at least half", 100*d.okShare(), what)
+	}
+	return d
+}
+
+// allDecided fails the test unless every call within f was decided.
+func allDecided(t *testing.T, f fault, what string) {
+	t.Helper()
+	d := f.during()
+	t.Logf("while %s (%s): %s", what, (f.healed - f.began).Round(time.Millisecond), d)
+	if d.calls == 0 || d.ok != d.calls {
+		t.Errorf("%d of %d calls not decided while %s, want none", d.calls-d.ok, d.calls, what)
+	}
+}
+
 // TestClusterMasterKilled kills one of a Cluster's three masters under
 // load (cluster-require-full-coverage no, cluster-node-timeout 1000):
 // until its replica is promoted, calls for its slots are answered
@@ -59,24 +111,15 @@ func decidedAgain(t *testing.T, l *faultLoad, healed, within time.Duration) time
 func TestClusterMasterKilled(t *testing.T) {
 	c := redistest.StartCluster(t, "--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no")
 	rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, onBreaker)
-	l := startLoad(t, rs, oneLevel)
-	time.Sleep(2 * time.Second)
-	victim := c.Masters(t)[0]
-	killed := l.since()
-	victim.Stop()
-	waitTrue(t, 20*time.Second, "a replica promoted", func() bool { return len(c.Masters(t)) == 3 })
-	promoted := l.since()
-	time.Sleep(4 * time.Second)
-	l.stopLoad()
-	l.report(t, map[time.Duration]string{killed: "master killed", promoted: "replica promoted"})
-
-	during := l.between(killed.Truncate(faultSlice), promoted)
-	t.Logf("from the kill to the promotion (%s): %s", (promoted - killed).Round(time.Millisecond), during)
-	if during.okShare() < 0.5 {
-		t.Errorf("%.0f%% of calls decided with one master of three down, want at least half", 100*during.okShare())
-	}
-	took := decidedAgain(t, l, promoted, 3*time.Second)
-	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+promoted-killed)
+	f := underFault(t, rs, oneLevel, [2]string{"master killed", "replica promoted"},
+		func() { c.Masters(t)[0].Stop() },
+		func() {
+			waitTrue(t, 20*time.Second, "a replica promoted", func() bool { return len(c.Masters(t)) == 3 })
+		},
+		4*time.Second)
+	halfDecided(t, f, "one master of three was down")
+	took := decidedAgain(t, f.load, f.healed, 3*time.Second)
+	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+f.healed-f.began)
 	admitsExactly(t, rs, "cluster-killed")
 }
 
@@ -96,27 +139,13 @@ func TestClusterMasterHung(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, b)
-			l := startLoad(t, rs, oneLevel)
-			time.Sleep(2 * time.Second)
 			victim := c.Masters(t)[0]
-			hung := l.since()
-			victim.Pause()
-			time.Sleep(3 * time.Second)
-			resumed := l.since()
-			victim.Resume()
-			time.Sleep(3 * time.Second)
-			l.stopLoad()
-			l.report(t, map[time.Duration]string{hung: "master hung", resumed: "master resumed"})
-
-			during := l.between(hung.Truncate(faultSlice)+faultSlice, resumed.Truncate(faultSlice))
-			t.Logf("while the master was hung: %s", during)
-			if during.okShare() < 0.5 {
-				t.Errorf("%.0f%% of calls decided with one master of three hung, want at least half", 100*during.okShare())
-			}
-			took := decidedAgain(t, l, resumed, 2*time.Second)
+			f := underFault(t, rs, oneLevel, [2]string{"master hung", "master resumed"},
+				func() { victim.Pause(); time.Sleep(3 * time.Second) }, victim.Resume, 3*time.Second)
+			waited[i] = halfDecided(t, f, "one master of three was hung").failedMean()
+			took := decidedAgain(t, f.load, f.healed, 2*time.Second)
 			t.Logf("every call decided again %s after the master resumed", took)
 			admitsExactly(t, rs, "cluster-hung-"+strings.ReplaceAll(name, " ", "-"))
-			waited[i] = during.failedMean()
 		})
 	}
 	t.Logf("the hung master's calls were answered Unavailable in %s on average without a breaker, in %s with it", waited[0], waited[1])
@@ -132,25 +161,17 @@ func TestClusterMasterHung(t *testing.T) {
 func TestClusterSlowNodeNotCutOff(t *testing.T) {
 	c := redistest.StartCluster(t, "--enable-debug-command", "yes")
 	rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, onBreaker)
-	l := startLoad(t, rs, oneLevel)
-	time.Sleep(2 * time.Second)
 	slow := c.Masters(t)[0].Client(t)
-	began := l.since()
-	for time.Since(l.start) < began+3*time.Second {
-		if err := slow.Do(context.Background(), "DEBUG", "SLEEP", "0.02").Err(); err != nil {
-			t.Fatalf("DEBUG SLEEP: %v", err)
+	f := underFault(t, rs, oneLevel, [2]string{"one master slow", "fast again"}, func() {
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			if err := slow.Do(context.Background(), "DEBUG", "SLEEP", "0.02").Err(); err != nil {
+				t.Errorf("DEBUG SLEEP: %v", err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	ended := l.since()
-	time.Sleep(time.Second)
-	l.stopLoad()
-	l.report(t, map[time.Duration]string{began: "one master slow", ended: "fast again"})
-	during := l.between(began.Truncate(faultSlice), ended)
-	t.Logf("while one master was slow: %s", during)
-	if during.ok != during.calls {
-		t.Errorf("%d of %d calls not decided while a master was slow but alive, want none", during.calls-during.ok, during.calls)
-	}
+	}, func() {}, time.Second)
+	allDecided(t, f, "one master was slow but alive")
 }
 
 // TestSentinelFailover kills the master a Sentinel watches
@@ -172,22 +193,16 @@ func TestSentinelFailover(t *testing.T) {
 		return err == nil && len(rs) == 1
 	})
 	rs := faultReplicas(t, 3, redis.ClientOptions{URL: "redis://localhost/0", SentinelMaster: "faults", SentinelAddrs: []string{sentinel}}, onBreaker)
-	l := startLoad(t, rs, oneLevel)
-	time.Sleep(2 * time.Second)
-	killed := l.since()
-	master.Stop()
 	rc := replica.Client(t)
-	waitTrue(t, 20*time.Second, "the replica promoted", func() bool {
-		role, err := rc.Do(context.Background(), "ROLE").Slice()
-		return err == nil && len(role) > 0 && role[0] == "master"
-	})
-	promoted := l.since()
-	time.Sleep(4 * time.Second)
-	l.stopLoad()
-	l.report(t, map[time.Duration]string{killed: "master killed", promoted: "replica promoted"})
-	t.Logf("from the kill to the promotion (%s): %s", (promoted - killed).Round(time.Millisecond), l.between(killed.Truncate(faultSlice)+faultSlice, promoted.Truncate(faultSlice)))
-	took := decidedAgain(t, l, promoted, 3*time.Second)
-	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+promoted-killed)
+	f := underFault(t, rs, oneLevel, [2]string{"master killed", "replica promoted"}, master.Stop, func() {
+		waitTrue(t, 20*time.Second, "the replica promoted", func() bool {
+			role, err := rc.Do(context.Background(), "ROLE").Slice()
+			return err == nil && len(role) > 0 && role[0] == "master"
+		})
+	}, 4*time.Second)
+	t.Logf("from the kill to the promotion (%s): %s", (f.healed - f.began).Round(time.Millisecond), f.during())
+	took := decidedAgain(t, f.load, f.healed, 3*time.Second)
+	t.Logf("every call decided again %s after the promotion, %s after the kill", took, took+f.healed-f.began)
 	admitsExactly(t, rs, "sentinel")
 }
 
@@ -203,20 +218,10 @@ func portOf(addr string) string {
 func TestClusterReshard(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rs := faultReplicas(t, 3, redis.ClientOptions{URL: c.URL(), Cluster: true}, onBreaker)
-	l := startLoad(t, rs, twoLevels)
-	time.Sleep(2 * time.Second)
 	masters := c.Masters(t)
-	started := l.since()
-	c.Reshard(t, masters[0], masters[1], 2000)
-	done := l.since()
-	time.Sleep(time.Second)
-	l.stopLoad()
-	l.report(t, map[time.Duration]string{started: "resharding", done: "resharded"})
-	during := l.between(started.Truncate(faultSlice), done)
-	t.Logf("while 2000 slots moved (%s): %s", (done - started).Round(time.Millisecond), during)
-	if during.ok != during.calls {
-		t.Errorf("%d of %d calls not decided while slots moved, want none", during.calls-during.ok, during.calls)
-	}
+	f := underFault(t, rs, twoLevels, [2]string{"resharding", "resharded"},
+		func() { c.Reshard(t, masters[0], masters[1], 2000) }, func() {}, time.Second)
+	allDecided(t, f, "2000 slots moved")
 	admitsExactly(t, rs, "resharded")
 }
 
@@ -230,21 +235,13 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	srv.Restart()
 	rs := faultReplicas(t, 3, redis.ClientOptions{URL: srv.URL()}, onBreaker)
 	admitsExactly(t, rs, "before-restart")
-	l := startLoad(t, rs, oneLevel)
-	time.Sleep(2 * time.Second)
-	killed := l.since()
-	srv.Stop()
-	time.Sleep(2 * time.Second)
-	restarted := l.since()
-	srv.Restart()
-	time.Sleep(3 * time.Second)
-	l.stopLoad()
-	l.report(t, map[time.Duration]string{killed: "Redis killed", restarted: "Redis restarted empty"})
-	down := l.between(killed.Truncate(faultSlice)+faultSlice, restarted.Truncate(faultSlice))
+	f := underFault(t, rs, oneLevel, [2]string{"Redis killed", "Redis restarted empty"},
+		func() { srv.Stop(); time.Sleep(2 * time.Second) }, srv.Restart, 3*time.Second)
+	down := f.during()
 	if down.ok+down.over > 0 {
 		t.Errorf("%d calls decided while Redis was down", down.ok+down.over)
 	}
-	took := decidedAgain(t, l, restarted, 2*time.Second)
+	took := decidedAgain(t, f.load, f.healed, 2*time.Second)
 	t.Logf("while Redis was down: %s; every call decided again %s after it restarted", down, took)
 	admitsExactly(t, rs, "before-restart") // full before, empty now
 }
