@@ -61,7 +61,8 @@ log "building"
 go build -o "$work/envoy-rls" ./cmd/envoy-rls
 go build -o "$work/rls-bench" ./cmd/rls-bench
 
-port() { local p; while :; do p=$((20000 + RANDOM % 20000)); (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }; done; }
+# shellcheck source=ports.sh
+source scripts/ports.sh
 
 # The limits: two levels, buckets that drain within seconds, so that
 # Redis holds only the last seconds' keys while the memory store's bound
@@ -94,11 +95,11 @@ failed=0
 printf '%-12s %8s %10s %10s %12s %12s %8s %8s\n' store reloads "RSS start" "RSS end" goroutines "" fds "" >"$work/report"
 for store in $stores; do
 	write_config 0
-	grpc=$(port)
-	http=$(port)
+	free_port grpc
+	free_port http
 	flags=(-store memory)
 	if [[ $store != memory ]]; then
-		rport=$(port)
+		free_port rport
 		redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no >"$work/redis.log" 2>&1 &
 		pids+=($!)
 		redis_pid=$!
