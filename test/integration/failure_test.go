@@ -56,12 +56,13 @@ func serving(hs *health.Server) bool {
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+// waitUntil polls cond until it holds, for at most within.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
+			t.Fatalf("not within %s: %s", within, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -88,7 +89,7 @@ func TestFailureModes(t *testing.T) {
 			}
 			defer store.Close()
 			svc, hs := service(t, store, rls.Options{FailureMode: c.mode, StoreTimeout: 100 * time.Millisecond})
-			waitUntil(t, "serving", func() bool { return serving(hs) })
+			waitUntil(t, 5*time.Second, "serving", func() bool { return serving(hs) })
 			if got, err := shouldRateLimit(svc, "user=a"); err != nil || got != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("with Redis up: %v %v", got, err)
 			}
@@ -98,7 +99,7 @@ func TestFailureModes(t *testing.T) {
 				t.Fatalf("with Redis down: %v, %v; want %v, %v", got, err, c.wantCode, c.wantError)
 			}
 			if c.mode == rls.FailUnavailable {
-				waitUntil(t, "NOT_SERVING with Redis down", func() bool { return !serving(hs) })
+				waitUntil(t, 5*time.Second, "NOT_SERVING with Redis down", func() bool { return !serving(hs) })
 			} else {
 				time.Sleep(1500 * time.Millisecond) // a health check or two
 				if !serving(hs) {
@@ -106,7 +107,7 @@ func TestFailureModes(t *testing.T) {
 				}
 			}
 			srv.Restart()
-			waitUntil(t, "serving again", func() bool { return serving(hs) })
+			waitUntil(t, 5*time.Second, "serving again", func() bool { return serving(hs) })
 			if got, err := shouldRateLimit(svc, "user=a"); err != nil || got != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("with Redis back: %v %v", got, err)
 			}
@@ -154,7 +155,7 @@ func TestFailureModeLocal(t *testing.T) {
 		t.Fatalf("switches to local: %d, local: %v, serving: %v", toLocal.Load(), store.Local(), serving(hs))
 	}
 	srv.Restart()
-	waitUntil(t, "back on Redis", func() bool { return !store.Local() })
+	waitUntil(t, 5*time.Second, "back on Redis", func() bool { return !store.Local() })
 	if toRedis.Load() != 1 {
 		t.Fatalf("switches back: %d", toRedis.Load())
 	}

@@ -57,7 +57,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 	time.Sleep(time.Second)
 	termed := l.since()
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	waitTrue(t, time.Second, "NOT_SERVING after SIGTERM", func() bool {
+	waitUntil(t, time.Second, "NOT_SERVING after SIGTERM", func() bool {
 		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 	})
@@ -121,6 +121,6 @@ func TestLocalFirstReplicaKilled(t *testing.T) {
 	if left == 100 {
 		t.Fatal("Redis had room for the whole bucket right after the burst: the replica held nothing")
 	}
-	waitTrue(t, 3*time.Second+500*time.Millisecond, "room for the whole bucket", func() bool { return room() == 100 })
+	waitUntil(t, 3*time.Second+500*time.Millisecond, "room for the whole bucket", func() bool { return room() == 100 })
 	t.Logf("Redis had room for %d of 100 when the replica died; for all of it %s after", left, time.Since(killed).Round(time.Millisecond))
 }

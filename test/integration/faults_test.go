@@ -24,18 +24,6 @@ import (
 // onBreaker is the breaker as the binary sets it by default.
 var onBreaker = redis.Breaker{Trip: breaker.DefaultTrip, Cool: breaker.DefaultCool}
 
-// waitTrue polls cond every 50 ms until it holds, for at most within.
-func waitTrue(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // decidedAgain checks that every call was decided again within within of
 // healed, and returns how long it took.
 func decidedAgain(t *testing.T, l *faultLoad, healed, within time.Duration) time.Duration {
@@ -114,7 +102,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	f := underFault(t, rs, oneLevel, [2]string{"master killed", "replica promoted"},
 		func() { c.Masters(t)[0].Stop() },
 		func() {
-			waitTrue(t, 20*time.Second, "a replica promoted", func() bool { return len(c.Masters(t)) == 3 })
+			waitUntil(t, 20*time.Second, "a replica promoted", func() bool { return len(c.Masters(t)) == 3 })
 		},
 		4*time.Second)
 	halfDecided(t, f, "one master of three was down")
@@ -181,21 +169,21 @@ func TestClusterSlowNodeNotCutOff(t *testing.T) {
 func TestSentinelFailover(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", portOf(master.Addr()))
-	waitTrue(t, 10*time.Second, "the replica in sync", func() bool {
+	waitUntil(t, 10*time.Second, "the replica in sync", func() bool {
 		info, err := master.Client(t).Info(context.Background(), "replication").Result()
 		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
 	})
 	sentinel := redistest.StartSentinel(t, master, "faults")
 	sc := goredis.NewSentinelClient(&goredis.Options{Addr: sentinel})
 	defer sc.Close()
-	waitTrue(t, 15*time.Second, "the Sentinel knowing the replica", func() bool {
+	waitUntil(t, 15*time.Second, "the Sentinel knowing the replica", func() bool {
 		rs, err := sc.Replicas(context.Background(), "faults").Result()
 		return err == nil && len(rs) == 1
 	})
 	rs := faultReplicas(t, 3, redis.ClientOptions{URL: "redis://localhost/0", SentinelMaster: "faults", SentinelAddrs: []string{sentinel}}, onBreaker)
 	rc := replica.Client(t)
 	f := underFault(t, rs, oneLevel, [2]string{"master killed", "replica promoted"}, master.Stop, func() {
-		waitTrue(t, 20*time.Second, "the replica promoted", func() bool {
+		waitUntil(t, 20*time.Second, "the replica promoted", func() bool {
 			role, err := rc.Do(context.Background(), "ROLE").Slice()
 			return err == nil && len(role) > 0 && role[0] == "master"
 		})
