@@ -15,16 +15,20 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-const explainUsage = "Usage: envoy-rls explain [-config PATH] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-o text|json] DOMAIN key=value[,key=value...]..."
+const explainUsage = "Usage: envoy-rls explain [-config PATH | -admin HOST:PORT] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-o text|json] DOMAIN key=value[,key=value...]..."
 
 // explain walks descriptors through the config alone, as the service
 // would, and prints each level it reaches, its limits and bucket keys, and
-// what is skipped and why: POST /explain without the buckets' state. Each
-// argument after the domain is one descriptor. Flags may come anywhere.
+// what is skipped and why: POST /explain without the buckets' state. With
+// -admin it asks a running service's POST /explain instead, which knows
+// the config in force wherever it came from (an xDS server's, say) and
+// the buckets' state. Each argument after the domain is one descriptor.
+// Flags may come anywhere.
 func (a *app) explain(args []string) int {
 	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	config := fs.String("config", "config", "YAML config file or directory")
+	admin := fs.String("admin", "", "explain on a running service instead: its admin address (-admin-addr), host:port or an http(s) URL; the config in force there, and the buckets' state")
 	cf := newConfigFlags(fs)
 	format := choice[string]{"text", []option[string]{{"text", "text"}, {"json", "json"}}}
 	fs.Var(&format, "o", "output: text, or json (POST /explain's JSON, without state)")
@@ -65,21 +69,17 @@ func (a *app) explain(args []string) int {
 		req.Descriptors = append(req.Descriptors, desc)
 	}
 
-	cfg, _, err := cf.options().Load(*config)
-	if err != nil {
-		var cfgErr *descriptors.Error
-		if errors.As(err, &cfgErr) {
-			for _, p := range cfgErr.Problems {
-				fmt.Fprintln(a.stderr, p.String())
-			}
-		} else {
-			fmt.Fprintln(a.stderr, err)
-		}
-		return exitError
+	var e *rls.Explanation
+	var err error
+	if *admin != "" {
+		e, err = explainRemote(*admin, req)
+	} else {
+		e, err = explainFile(*config, cf, req, a.stderr)
 	}
-	e, err := rls.ExplainConfig(cfg, req, false)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "envoy-rls explain: %v\n", err)
+		if err != errReported {
+			fmt.Fprintf(a.stderr, "envoy-rls explain: %v\n", err)
+		}
 		return exitError
 	}
 	if format.value == "json" {
@@ -95,11 +95,34 @@ func (a *app) explain(args []string) int {
 	return exitOK
 }
 
+// errReported is an error explainFile has printed already.
+var errReported = errors.New("reported")
+
+// explainFile explains req from the config at path alone.
+func explainFile(path string, cf *configFlags, req *rlsv3.RateLimitRequest, stderr io.Writer) (*rls.Explanation, error) {
+	cfg, _, err := cf.options().Load(path)
+	if err != nil {
+		var cfgErr *descriptors.Error
+		if errors.As(err, &cfgErr) {
+			for _, p := range cfgErr.Problems {
+				fmt.Fprintln(stderr, p.String())
+			}
+		} else {
+			fmt.Fprintln(stderr, err)
+		}
+		return nil, errReported
+	}
+	return rls.ExplainConfig(cfg, req, false)
+}
+
 // writeExplanation prints an explanation for people: per descriptor, each
 // node reached with its file and line, each of its limits with its bucket
 // key or why it is skipped, and where the walk stopped.
 func writeExplanation(w io.Writer, e *rls.Explanation) {
 	fmt.Fprintf(w, "domain %s (%s)\n", e.Domain, e.File)
+	if e.Code != "" {
+		fmt.Fprintf(w, "at %s the call would be %s\n", e.At, e.Code)
+	}
 	for i, d := range e.Descriptors {
 		var es []string
 		for _, en := range d.Entries {
@@ -134,6 +157,16 @@ func writeExplanation(w io.Writer, e *rls.Explanation) {
 				count(l)
 			}
 		}
+		if d.Code != "" {
+			fmt.Fprintf(w, "  status %s", d.Code)
+			if d.Remaining != nil {
+				fmt.Fprintf(w, ", remaining %d", *d.Remaining)
+			}
+			if d.DurationUntilReset != "" {
+				fmt.Fprintf(w, ", reset in %s", d.DurationUntilReset)
+			}
+			fmt.Fprintln(w)
+		}
 		if s := d.Stopped; s != nil {
 			fmt.Fprintf(w, "  entry %d, %s=%s: %s; the walk stops\n", s.Entry+1, s.Key, s.Value, s.Reason)
 		}
@@ -164,6 +197,16 @@ func writeLimit(w io.Writer, l rls.LimitExplanation) {
 		shadow = ", shadow mode: never rejects"
 	}
 	fmt.Fprintf(w, "      %s: %s (%s%s)\n", l.Label, limitParams(l.LimitDescription), l.Reported, shadow)
+	if l.Charge != "" {
+		fmt.Fprintf(w, "        charge: %s\n", l.Charge)
+	}
+	if l.QuotaMode {
+		fmt.Fprintln(w, "        quota mode: over its limit, it rejects the call only if every quota-mode descriptor of it is over")
+	}
+	if l.Metadata != nil {
+		md, _ := json.Marshal(l.Metadata)
+		fmt.Fprintf(w, "        metadata (in the dynamic metadata when it passes): %s\n", md)
+	}
 	switch {
 	case l.Skipped == "replaces":
 		fmt.Fprintf(w, "        skipped: replaced by %s (replaces)\n", l.ReplacedBy)
@@ -171,6 +214,13 @@ func writeLimit(w io.Writer, l rls.LimitExplanation) {
 		fmt.Fprintf(w, "        skipped: %s\n", l.Skipped)
 	case l.Bucket != nil:
 		fmt.Fprintf(w, "        bucket %s\n", l.Bucket.Key)
+		if st := l.Bucket.State; st != nil {
+			fmt.Fprintf(w, "        now: admits %d hits: %v, remaining %d, clear in %s", l.Bucket.Hits, st.Admits, st.Remaining, st.Clear)
+			if st.Reset != "" {
+				fmt.Fprintf(w, ", reset in %s", st.Reset)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
 )
 
 // serve runs the service until SIGINT or SIGTERM (or ctx ends), then
@@ -92,7 +93,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	var ready rls.Checker = st
 	if s.xds.address != "" {
-		x, err := xdsClient(s, svc, counters, log)
+		x, err := xdsClient(s, svc, counters, func(u xdsconfig.UnknownField) { m.XDSUnknownField(u.Message, u.Number) }, log)
 		if err != nil {
 			log.Error("cannot take the config from the xDS server", "err", err)
 			return exitError

@@ -18,7 +18,7 @@ import (
 
 // xdsClient is the subscription -config-xds asks for: each accepted
 // config replaces the service's.
-func xdsClient(s *settings, svc *rls.Service, m configCounter, log *slog.Logger) (*xdsconfig.Client, error) {
+func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsconfig.UnknownField), log *slog.Logger) (*xdsconfig.Client, error) {
 	creds, err := s.xds.credentials()
 	if err != nil {
 		return nil, err
@@ -30,7 +30,8 @@ func xdsClient(s *settings, svc *rls.Service, m configCounter, log *slog.Logger)
 			m.ConfigReload(true)
 			log.Info("config from the xDS server", "domains", len(cfg.Domains()))
 		},
-		OnRejected: func(error) { m.ConfigReload(false) },
+		OnRejected:     func(error) { m.ConfigReload(false) },
+		OnUnknownField: unknown,
 	}, nil
 }
 

@@ -15,6 +15,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -44,6 +46,22 @@ descriptors:
     value: llm
     rate_limit: {unit: minute, requests_per_unit: 1000}
 `
+
+// Resource is Config as an xDS server sends it (Envoy Gateway, Envoy AI
+// Gateway): a RateLimitConfig named and of domain, its two services in
+// quota mode when quotaMode is set.
+func Resource(domain string, quotaMode bool) *rlsconfv3.RateLimitConfig {
+	service := func(name string, n uint32) *rlsconfv3.RateLimitDescriptor {
+		md := &structpb.Struct{Fields: map[string]*structpb.Value{"service_with_quota": structpb.NewStructValue(
+			&structpb.Struct{Fields: map[string]*structpb.Value{"name": structpb.NewStringValue(name)}})}}
+		return &rlsconfv3.RateLimitDescriptor{Key: "service", Value: name, QuotaMode: quotaMode, Metadata: md,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: n}}
+	}
+	return &rlsconfv3.RateLimitConfig{Name: domain, Domain: domain, Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		service("service_1", 1), service("service_2", 2),
+		{Key: "generic_key", Value: "llm", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 1000}},
+	}}
+}
 
 // NativeConfig is Config for a service started on its own defaults: the
 // file says that its limits charge always, and are fixed windows.

@@ -11,6 +11,7 @@ package metrics
 import (
 	"net/http"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +48,7 @@ type Metrics struct {
 	lastReload     prometheus.Gauge
 	fallback       prometheus.Gauge
 	switches       *prometheus.CounterVec
+	xdsUnknown     *prometheus.CounterVec
 }
 
 // New returns the metrics, registered in a registry of their own with the
@@ -107,9 +109,13 @@ func New(nearLimitRatio float64) *Metrics {
 			Name: "envoy_rls_store_switches_total",
 			Help: "Switches between Redis and the local memory store (failure mode local), by the store switched to.",
 		}, []string{"to"}),
+		xdsUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_xds_unknown_fields_total",
+			Help: "Fields of xDS RateLimitConfig resources that this service does not know and ignores, counted once per resource, message and field number: a newer API than the service reads.",
+		}, []string{"message", "field"}),
 	}
 	m.registry.MustRegister(calls, m.callDuration, decisions, pastLimit, m.storeDuration, m.storeErrors, m.cacheHits, m.failureAnswers,
-		m.reloads, m.lastReload, m.fallback, m.switches,
+		m.reloads, m.lastReload, m.fallback, m.switches, m.xdsUnknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Exported at 0 before the first event, so that dashboards and alerts
 	// see 0 rather than no data.
@@ -221,6 +227,12 @@ func (m *Metrics) CacheHit() { m.cacheHits.Inc() }
 // FailureAnswer implements rls.Observer.
 func (m *Metrics) FailureAnswer(mode rls.FailureMode) {
 	m.failureAnswers.WithLabelValues(mode.String()).Inc()
+}
+
+// XDSUnknownField counts a field of an xDS resource that the service does
+// not know.
+func (m *Metrics) XDSUnknownField(message string, number int32) {
+	m.xdsUnknown.WithLabelValues(message, strconv.Itoa(int(number))).Inc()
 }
 
 // ConfigReload counts a reload, and the time of a successful one.

@@ -38,6 +38,11 @@ type Client struct {
 	OnConfig func(*descriptors.Config)
 	// OnRejected, if set, receives the error of each refused update.
 	OnRejected func(error)
+	// OnUnknownField, if set, receives each field of a resource that the
+	// service does not know, once per resource, message and field number
+	// for as long as the client runs (at most maxUnknownNoted of them);
+	// each is logged too. The update is taken all the same, without it.
+	OnUnknownField func(UnknownField)
 	// Log receives connection failures and refused updates.
 	Log *slog.Logger
 	// Backoff bounds the wait between connection attempts: from Min,
@@ -85,7 +90,13 @@ type subscription struct {
 	c        *Client
 	version  string // of the config in force, "" before the first
 	received bool   // the last stream got a response
+	// unknown holds the unknown fields told of already.
+	unknown map[UnknownField]bool
 }
+
+// maxUnknownNoted bounds the unknown fields a client remembers telling
+// of: beyond, each is told of again whenever it comes.
+const maxUnknownNoted = 1000
 
 // Waits before refusing again a version refused already: a server that
 // answers a NACK by resending the same version at once (go-control-plane's
@@ -157,6 +168,7 @@ func (s *subscription) build(resp *discoveryv3.DiscoveryResponse) (*descriptors.
 			return nil, fmt.Errorf("resource %d: %w", i, err)
 		}
 		resources[i] = r
+		s.noteUnknown(r)
 	}
 	cfg, warnings, err := Build(resources, s.c.Options)
 	for _, w := range warnings {
@@ -171,4 +183,26 @@ func (s *subscription) build(resp *discoveryv3.DiscoveryResponse) (*descriptors.
 		return nil, errors.New(strings.Join(lines, "; "))
 	}
 	return cfg, err
+}
+
+// noteUnknown logs and reports the fields of r that the service does not
+// know, each once.
+func (s *subscription) noteUnknown(r *rlsconfv3.RateLimitConfig) {
+	for _, u := range unknownFields(r.GetName(), r.ProtoReflect()) {
+		k := u
+		k.Path = "" // once per resource, message and field, wherever it is
+		if s.unknown[k] {
+			continue
+		}
+		if s.unknown == nil {
+			s.unknown = map[UnknownField]bool{}
+		}
+		if len(s.unknown) < maxUnknownNoted {
+			s.unknown[k] = true
+		}
+		s.c.Log.Warn("xds config: "+u.String(), "resource", u.Resource, "message", u.Message, "field", u.Number, "at", u.Path)
+		if s.c.OnUnknownField != nil {
+			s.c.OnUnknownField(u)
+		}
+	}
 }

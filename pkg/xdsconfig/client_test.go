@@ -2,14 +2,22 @@ package xdsconfig
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -87,13 +95,20 @@ func receive[T any](t *testing.T, ch chan T) T {
 }
 
 // TestBuildMatchesTheFile: a resource means what the same YAML file means,
-// unlimited and replaces included.
+// every field included: unlimited, replaces, quota mode, metadata, a week.
 func TestBuildMatchesTheFile(t *testing.T) {
+	md, err := structpb.NewStruct(map[string]any{"service_with_quota": map[string]any{"name": "service_1"}, "weight": 2, "on": true,
+		"tags": []any{"a", "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := &rlsconfv3.RateLimitConfig{Name: "a", Domain: "api", Descriptors: []*rlsconfv3.RateLimitDescriptor{
 		{Key: "client", Value: "internal", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}},
 		{Key: "user", ShadowMode: true, RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 0},
-			Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "action", Value: "a: b", RateLimit: &rlsconfv3.RateLimitPolicy{
+			Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "action", Value: "a: b", DetailedMetric: true, RateLimit: &rlsconfv3.RateLimitPolicy{
 				Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 3, Name: "n", Replaces: []*rlsconfv3.RateLimitReplace{{Name: "m"}}}}}},
+		{Key: "service", Value: "service_1", QuotaMode: true, Metadata: md,
+			RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_WEEK, RequestsPerUnit: 7}},
 	}}
 	cfg, _, err := Build([]*rlsconfv3.RateLimitConfig{r}, descriptors.Options{})
 	if err != nil {
@@ -106,38 +121,131 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: second, requests_per_unit: 0}
     descriptors:
-      - {key: action, value: "a: b", rate_limit: {unit: day, requests_per_unit: 3, name: n, replaces: [{name: m}]}}
+      - key: action
+        value: "a: b"
+        detailed_metric: true
+        rate_limit: {unit: day, requests_per_unit: 3, name: n, replaces: [{name: m}]}
+  - key: service
+    value: service_1
+    quota_mode: true
+    metadata: {service_with_quota: {name: service_1}, weight: 2, "on": true, tags: [a, b]}
+    rate_limit: {unit: week, requests_per_unit: 7}
 `)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, wantD := cfg.Describe(), want.Describe()
-	if a, b := describe(got), describe(wantD); a != b {
-		t.Fatalf("from the resource:\n%s\nfrom the file:\n%s", a, b)
+	got, _ := json.MarshalIndent(cfg.Describe(), "", "  ")
+	wantJSON, _ := json.MarshalIndent(want.Describe(), "", "  ")
+	if string(got) != string(wantJSON) {
+		t.Fatalf("from the resource:\n%s\nfrom the file:\n%s", got, wantJSON)
+	}
+	for _, field := range []string{`"quota_mode": true`, `"name": "service_1"`, `"detailed_metric": true`, `"reported_as": "7/week"`} {
+		if !strings.Contains(string(got), field) {
+			t.Errorf("%s is not in the config read from the resource:\n%s", field, got)
+		}
 	}
 }
 
-func describe(d descriptors.Description) string {
-	var b strings.Builder
-	for _, dom := range d.Domains {
-		b.WriteString(dom.Domain)
-		var walk func([]descriptors.DescriptorDescription, string)
-		walk = func(ds []descriptors.DescriptorDescription, indent string) {
-			for _, n := range ds {
-				b.WriteString("\n" + indent + n.Key + "=" + n.Value + " " + n.Name)
-				if n.Limit != nil {
-					b.WriteString(" " + n.Limit.Reported)
-				}
-				if n.Unlimited {
-					b.WriteString(" unlimited")
-				}
-				if n.ShadowMode {
-					b.WriteString(" shadow")
-				}
-				walk(n.Descriptors, indent+"  ")
+// TestEveryFieldIsRead: the YAML form a resource is read as has a field
+// for every field of RateLimitDescriptor and RateLimitPolicy, under the
+// same name, so a field the API adds cannot be dropped here unnoticed
+// when the API module is upgraded.
+func TestEveryFieldIsRead(t *testing.T) {
+	for _, c := range []struct {
+		msg  protoreflect.MessageDescriptor
+		form reflect.Type
+	}{
+		{(&rlsconfv3.RateLimitConfig{}).ProtoReflect().Descriptor(), reflect.TypeFor[file]()},
+		{(&rlsconfv3.RateLimitDescriptor{}).ProtoReflect().Descriptor(), reflect.TypeFor[node]()},
+		{(&rlsconfv3.RateLimitPolicy{}).ProtoReflect().Descriptor(), reflect.TypeFor[rate]()},
+		{(&rlsconfv3.RateLimitReplace{}).ProtoReflect().Descriptor(), reflect.TypeFor[replace]()},
+	} {
+		read := map[string]bool{}
+		for i := range c.form.NumField() {
+			name, _, _ := strings.Cut(c.form.Field(i).Tag.Get("yaml"), ",")
+			read[name] = true
+		}
+		if c.msg.Name() == "RateLimitConfig" {
+			read["name"] = true // the resource's name: the file it stands for
+		}
+		fields := c.msg.Fields()
+		for i := range fields.Len() {
+			if f := fields.Get(i); !read[string(f.Name())] {
+				t.Errorf("%s.%s (field %d) is not read from xDS", c.msg.FullName(), f.Name(), f.Number())
 			}
 		}
-		walk(dom.Descriptors, "  ")
 	}
-	return b.String()
+}
+
+// TestUnknownFieldsAreToldOf: a resource carrying fields this service's
+// API does not have is taken without them, and each field is told of
+// once per resource, however often the resource comes, with where it is.
+func TestUnknownFieldsAreToldOf(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := xdstest.Start(t, lis)
+	withUnknown := func(version string) *rlsconfv3.RateLimitConfig {
+		r := xdstest.Limit("api", "user", "alice", "limit", 5, rlsconfv3.RateLimitUnit_MINUTE)
+		// A newer API: field 9 of the descriptor (a varint), field 20 of
+		// its policy (a string), field 9 of the resource.
+		d := r.Descriptors[0]
+		d.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+		d.RateLimit.ProtoReflect().SetUnknown(protowire.AppendString(protowire.AppendTag(nil, 20, protowire.BytesType), version))
+		r.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 3))
+		return r
+	}
+	configs, unknown := make(chan *descriptors.Config, 10), make(chan UnknownField, 10)
+	var logs strings.Builder
+	var mu sync.Mutex
+	c := &Client{Address: x.Addr, NodeID: "n", Credentials: insecure.NewCredentials(),
+		OnConfig: func(cfg *descriptors.Config) { configs <- cfg }, OnUnknownField: func(u UnknownField) { unknown <- u },
+		Log: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	x.Set(t, "n", "1", withUnknown("1"))
+	cfg := receive(t, configs)
+	if levels := cfg.Domain("api").Resolve([]descriptors.Entry{{Key: "user", Value: "alice"}}, nil, nil); len(levels) != 1 {
+		t.Fatalf("the resource's known fields were not taken: %v", levels)
+	}
+	x.Set(t, "n", "2", withUnknown("2"))
+	receive(t, configs)
+	var got []string
+	for len(unknown) > 0 {
+		u := <-unknown
+		got = append(got, fmt.Sprintf("%s %s %d %s", u.Resource, u.Message, u.Number, u.Path))
+	}
+	slices.Sort(got)
+	want := []string{
+		"api ratelimit.config.ratelimit.v3.RateLimitConfig 9 ",
+		"api ratelimit.config.ratelimit.v3.RateLimitDescriptor 9 descriptors[0]",
+		"api ratelimit.config.ratelimit.v3.RateLimitPolicy 20 descriptors[0].rate_limit",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("unknown fields told of over two updates:\n%s\nwant each once:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, "which this service does not know"); n != 3 {
+		t.Errorf("%d log lines for 3 unknown fields:\n%s", n, out)
+	}
+	if !strings.Contains(out, "xds:api: ratelimit.config.ratelimit.v3.RateLimitPolicy has field 20") {
+		t.Errorf("the log does not name the resource, message and field:\n%s", out)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

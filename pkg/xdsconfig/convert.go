@@ -41,15 +41,20 @@ type file struct {
 	Descriptors []node `yaml:"descriptors,omitempty"`
 }
 
+// node is a RateLimitDescriptor: every field of the message, under the
+// name a file gives it (TestEveryFieldIsRead holds the two lists equal).
 type node struct {
-	Key            string `yaml:"key"`
-	Value          string `yaml:"value,omitempty"`
-	RateLimit      *rate  `yaml:"rate_limit,omitempty"`
-	ShadowMode     bool   `yaml:"shadow_mode,omitempty"`
-	DetailedMetric bool   `yaml:"detailed_metric,omitempty"`
-	Descriptors    []node `yaml:"descriptors,omitempty"`
+	Key            string         `yaml:"key"`
+	Value          string         `yaml:"value,omitempty"`
+	RateLimit      *rate          `yaml:"rate_limit,omitempty"`
+	ShadowMode     bool           `yaml:"shadow_mode,omitempty"`
+	DetailedMetric bool           `yaml:"detailed_metric,omitempty"`
+	QuotaMode      bool           `yaml:"quota_mode,omitempty"`
+	Metadata       map[string]any `yaml:"metadata,omitempty"`
+	Descriptors    []node         `yaml:"descriptors,omitempty"`
 }
 
+// rate is a RateLimitPolicy, every field of it.
 type rate struct {
 	Unit            string    `yaml:"unit,omitempty"`
 	RequestsPerUnit *uint32   `yaml:"requests_per_unit,omitempty"`
@@ -66,7 +71,11 @@ func nodes(ds []*rlsconfv3.RateLimitDescriptor) []node {
 	out := make([]node, 0, len(ds))
 	for _, d := range ds {
 		n := node{Key: d.GetKey(), Value: d.GetValue(), ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric(),
-			Descriptors: nodes(d.GetDescriptors())}
+			QuotaMode: d.GetQuotaMode(), Descriptors: nodes(d.GetDescriptors())}
+		if md := d.GetMetadata(); md != nil {
+			// An empty Struct is an empty mapping, as "metadata: {}" is.
+			n.Metadata = md.AsMap()
+		}
 		if p := d.GetRateLimit(); p != nil {
 			r := &rate{Unlimited: p.GetUnlimited(), Name: p.GetName()}
 			if !p.GetUnlimited() {
