@@ -79,6 +79,10 @@ type Options struct {
 	// means the interval, and at least a second.
 	SyncTimeout time.Duration
 	Logger      *slog.Logger
+	// ManualSync starts no sync loop: the caller syncs with Sync, at the
+	// instants it chooses. Only for tests that need fixed instants (with
+	// the Redis store's CallerClock).
+	ManualSync bool
 }
 
 // EntryOverhead is what a bucket of the local table counts against
@@ -159,7 +163,11 @@ func New(remote Remote, opts Options) (*Store, error) {
 		s.shards[i].seen = newSightings()
 	}
 	s.nextSync.Store(time.Now().Add(opts.Interval).UnixMicro())
-	go s.loop()
+	if opts.ManualSync {
+		close(s.done)
+	} else {
+		go s.loop()
+	}
 	return s, nil
 }
 

@@ -26,6 +26,14 @@ func (s *Store) loop() {
 	}
 }
 
+// Sync reconciles every bucket in use with Redis at now, as the sync loop
+// does once per interval, and returns the buckets synced: for a store made
+// with ManualSync.
+func (s *Store) Sync(ctx context.Context, now time.Time) int {
+	s.nextSync.Store(now.Add(s.interval).UnixMicro())
+	return s.sync(ctx, now, false)
+}
+
 // sync reconciles every bucket in use with Redis in batched lease calls:
 // what a bucket holds beyond twice its last interval's demand goes back,
 // what it lacks of that is asked for; a bucket without demand for
