@@ -36,6 +36,7 @@ func readEnvoyproxyEnv(lookup func(string) (string, bool)) (*envoyproxyEnv, erro
 	r.store()
 	r.metrics()
 	r.behaviour()
+	r.tracing()
 	if len(r.errs) > 0 {
 		return nil, fmt.Errorf("envoyproxy/ratelimit's environment: %s", strings.Join(r.errs, "; "))
 	}
@@ -333,8 +334,5 @@ func (r *envoyReader) behaviour() {
 		r.copy("LIMIT_RESET_HEADER", "response-header-reset")
 	} else {
 		r.set("response-headers", "none")
-	}
-	if r.on("TRACING_ENABLED", false) {
-		r.warn("TRACING_ENABLED", "tracing is not supported (yet): no spans are sent")
 	}
 }

@@ -231,6 +231,11 @@ var sameEffectVariables = map[string]bool{
 	"GRPC_SERVER_TLS_KEY": true, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": true, // read with their certificate
 }
 
+// sdkVariables are the OpenTelemetry exporter's variables that its SDK
+// reads itself, as it does in the reference, once tracing is on.
+var sdkVariables = map[string]bool{"OTEL_EXPORTER_OTLP_HEADERS": true, "OTEL_EXPORTER_OTLP_CERTIFICATE": true,
+	"OTEL_EXPORTER_OTLP_TIMEOUT": true, "OTEL_EXPORTER_OTLP_COMPRESSION": true}
+
 // TestMigrationTableIsRead: every variable the migration guide's settings
 // table names is read when running as ratelimit (some value of it changes
 // the flags, the warnings or the errors), or is one the guide says needs no
@@ -275,10 +280,15 @@ func TestMigrationTableIsRead(t *testing.T) {
 		"PROMETHEUS_ADDR": {"USE_PROMETHEUS": "true"}, "PROMETHEUS_PATH": {"USE_PROMETHEUS": "true"}, "PROMETHEUS_MAPPER_YAML": {"USE_PROMETHEUS": "true"},
 		"REDIS_SENTINEL_AUTH": {}, "FORCE_START_WITHOUT_INITIAL_CONFIG": {},
 	}
-	values := map[string]bool{"SINGLE": true, "SENTINEL": true, "CLUSTER": true} // REDIS_TYPE's, in the same cell
-	wildcards := map[string]string{"TRACING_*": "TRACING_ENABLED", "REDIS_PERSECOND*": "REDIS_PERSECOND"}
+	for _, name := range []string{"TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
+		"TRACING_SAMPLING_RATE", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		needs[name] = map[string]string{"TRACING_ENABLED": "true"}
+	}
+	values := map[string]bool{"SINGLE": true, "SENTINEL": true, "CLUSTER": true, // REDIS_TYPE's, in the same cell
+		"WEEK": true} // a unit of the xDS resources' fields
+	wildcards := map[string]string{"REDIS_PERSECOND*": "REDIS_PERSECOND"}
 	for _, name := range names {
-		if sameEffectVariables[name] || values[name] {
+		if sameEffectVariables[name] || sdkVariables[name] || values[name] {
 			continue
 		}
 		if w, ok := wildcards[name]; ok {

@@ -83,7 +83,7 @@ type settings struct {
 	xds                 xdsSettings
 	statsd              statsdSettings
 	refMetrics          refMetricsSettings
-	otlpEndpoint        string
+	tracing             *tracingFlags
 	// envWarnings are the reference's variables read without their
 	// effect, to log once the logger is made.
 	envWarnings []string
@@ -247,7 +247,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.Var(&s.logFormat, "log-format", "log `format`: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
 	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
-	fs.StringVar(&s.otlpEndpoint, "otlp-endpoint", "", "send traces to this OpenTelemetry collector: `host:port` for OTLP over gRPC, or an http:// or https:// URL for OTLP over HTTP; empty: no tracing")
+	s.tracing = newTracingFlags(fs)
 	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the admin address (to find where time goes)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.Var(&s.failureMode, "failure-mode", "`what` to answer when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
@@ -406,7 +406,7 @@ func (s *settings) check() error {
 	case s.grpcTLSClientCA != "" && s.grpcTLSCert == "":
 		return fmt.Errorf("-grpc-tls-client-ca needs -grpc-tls-cert and -grpc-tls-key")
 	}
-	return nil
+	return s.tracing.check()
 }
 
 func (s *settings) logger(w io.Writer) *slog.Logger {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,5 +39,11 @@ func TestTracing(t *testing.T) {
 	}
 	if v, _ := calls[0].Attr("rls.code"); v != "OK" {
 		t.Errorf("rls.code = %q, want OK", v)
+	}
+	// The start's log says where spans go, and how many.
+	for _, want := range []string{"protocol=OTLP/grpc", "endpoint=" + addr, "service=envoy-rls", "sampling_ratio=1"} {
+		if !strings.Contains(s.stderr.String(), want) {
+			t.Errorf("no %s in the log:\n%s", want, s.stderr)
+		}
 	}
 }

@@ -18,8 +18,10 @@ import (
 
 	collectortracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -27,14 +29,24 @@ import (
 type Collector struct {
 	collectortracepb.UnimplementedTraceServiceServer
 
-	mu    sync.Mutex
-	spans []Span
+	mu       sync.Mutex
+	spans    []Span
+	requests []Request
 }
 
-// Span is a span received, with the service name of its resource.
+// Span is a span received, with its resource and the resource's service
+// name.
 type Span struct {
 	*tracepb.Span
-	Service string
+	Service  string
+	Resource *resourcepb.Resource
+}
+
+// Request is an export request received: its path (HTTP) or method
+// (gRPC), and its headers (gRPC's metadata), keys in canonical form.
+type Request struct {
+	Path   string
+	Header http.Header
 }
 
 // TraceID and SpanID and ParentID are the span's ids in hex, as W3C
@@ -46,6 +58,17 @@ func (s Span) ParentID() string { return hex.EncodeToString(s.GetParentSpanId())
 // Attr returns the span attribute key as text, and whether it is there.
 func (s Span) Attr(key string) (string, bool) {
 	for _, kv := range s.GetAttributes() {
+		if kv.GetKey() == key {
+			return text(kv.GetValue()), true
+		}
+	}
+	return "", false
+}
+
+// ResourceAttr returns the resource attribute key as text, and whether it
+// is there.
+func (s Span) ResourceAttr(key string) (string, bool) {
+	for _, kv := range s.Resource.GetAttributes() {
 		if kv.GetKey() == key {
 			return text(kv.GetValue()), true
 		}
@@ -68,9 +91,23 @@ func text(v *commonpb.AnyValue) string {
 }
 
 // Export implements the TraceService.
-func (c *Collector) Export(_ context.Context, req *collectortracepb.ExportTraceServiceRequest) (*collectortracepb.ExportTraceServiceResponse, error) {
+func (c *Collector) Export(ctx context.Context, req *collectortracepb.ExportTraceServiceRequest) (*collectortracepb.ExportTraceServiceResponse, error) {
+	r := Request{Header: http.Header{}}
+	r.Path, _ = grpc.Method(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	for k, vs := range md {
+		for _, v := range vs {
+			r.Header.Add(k, v)
+		}
+	}
+	return c.export(r, req), nil
+}
+
+// export keeps a request's spans.
+func (c *Collector) export(r Request, req *collectortracepb.ExportTraceServiceRequest) *collectortracepb.ExportTraceServiceResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.requests = append(c.requests, r)
 	for _, rs := range req.GetResourceSpans() {
 		var service string
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -80,11 +117,11 @@ func (c *Collector) Export(_ context.Context, req *collectortracepb.ExportTraceS
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				c.spans = append(c.spans, Span{Span: sp, Service: service})
+				c.spans = append(c.spans, Span{Span: sp, Service: service, Resource: rs.GetResource()})
 			}
 		}
 	}
-	return &collectortracepb.ExportTraceServiceResponse{}, nil
+	return &collectortracepb.ExportTraceServiceResponse{}
 }
 
 // ServeHTTP takes OTLP over HTTP: a protobuf ExportTraceServiceRequest
@@ -99,22 +136,22 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("want a POST of an ExportTraceServiceRequest: %v", err), http.StatusBadRequest)
 		return
 	}
-	resp, _ := c.Export(r.Context(), req)
-	out, _ := proto.Marshal(resp)
+	out, _ := proto.Marshal(c.export(Request{Path: r.URL.Path, Header: r.Header.Clone()}, req))
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Write(out)
 }
 
 // StartGRPC returns a collector listening for OTLP over gRPC on a loopback
-// port, and its host:port; it stops when the test ends.
-func StartGRPC(t testing.TB) (*Collector, string) {
+// port (with TLS if opts say so), and its host:port; it stops when the
+// test ends.
+func StartGRPC(t testing.TB, opts ...grpc.ServerOption) (*Collector, string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &Collector{}
-	s := grpc.NewServer()
+	s := grpc.NewServer(opts...)
 	collectortracepb.RegisterTraceServiceServer(s, c)
 	go s.Serve(l)
 	t.Cleanup(s.Stop)
@@ -136,6 +173,13 @@ func (c *Collector) Spans() []Span {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Span(nil), c.spans...)
+}
+
+// Requests returns the export requests received so far.
+func (c *Collector) Requests() []Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Request(nil), c.requests...)
 }
 
 // Wait returns the spans once ok accepts them, or fails the test after

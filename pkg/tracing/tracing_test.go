@@ -276,7 +276,7 @@ func TestParseEndpoint(t *testing.T) {
 		{"grpc://collector:4317", "", "", `"grpc://collector:4317" is neither host:port`},
 		{"http://", "", "", `"http://" has no host`},
 	} {
-		ep, err := tracing.ParseEndpoint(c.in)
+		ep, err := tracing.ParseEndpoint(c.in, "")
 		switch {
 		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
 			t.Errorf("%q: error %v, want one saying %q", c.in, err, c.err)
