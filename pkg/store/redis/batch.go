@@ -12,7 +12,9 @@ import (
 // slot in one script call: what Redis spends per call (the script's
 // lookup, its arguments, TIME, the reply) is then shared. One call per
 // slot is out at a time; meanwhile the slot's requests wait in its queue,
-// and the next call takes, in arrival order, up to limit of them. (Two
+// and the next call takes, in arrival order, up to limit of them and of
+// maxCallBuckets buckets in all (by callWeight), so that a call of many
+// requests does not hold Redis longer than a large request may. (Two
 // calls out per slot made batches half as large and cost Redis 6% more
 // per request.) Each request is still decided all or nothing on its own,
 // and in order, so it sees the buckets as the ones before it in the call
@@ -53,6 +55,7 @@ type queued struct {
 	since   time.Time // when it was queued
 	at      int64     // time to decide at, or -1 for Redis's
 	mayWait bool      // it found its slot idle, and may wait for others
+	weight  int32     // its buckets' callWeights, at most maxCallBuckets (beside mayWait, in its padding)
 	keys    []string
 	buckets []limit.Bucket
 	results []limit.Result // the batcher's own: written into dst if the caller still waits
@@ -76,8 +79,8 @@ func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 // submit queues a request and waits for its answer or the end of ctx. A
 // request abandoned at the end of ctx may still be decided, and charge:
 // the lost reply of the package documentation.
-func (b *batcher) submit(ctx context.Context, slot uint16, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
-	q := &queued{ctx: ctx, since: time.Now(), at: at, keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
+func (b *batcher) submit(ctx context.Context, slot uint16, weight int, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
+	q := &queued{ctx: ctx, since: time.Now(), at: at, weight: int32(weight), keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
 		answer: make(chan error, 1)}
 	b.mu.Lock()
 	if b.closed {
@@ -165,10 +168,10 @@ func (b *batcher) signal() {
 	}
 }
 
-// take removes up to limit requests of the slot waiting longest that has
-// no call out, and marks it busy; without one, it returns how long until
-// a slot's requests have waited for more as long as they may (0: none
-// waits).
+// take removes the requests of one call (up to limit, and maxCallBuckets
+// buckets) of the slot waiting longest that has no call out, and marks it
+// busy; without one, it returns how long until a slot's requests have
+// waited for more as long as they may (0: none waits).
 func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -178,12 +181,13 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 			continue
 		}
 		q := b.queues[slot]
+		n := fill(q, b.limit)
 		// Requests that came while the slot's call was out have waited for
 		// it: they go at once. One that found the slot idle may wait for
 		// others, for as long as a few would take to come at the recent
 		// pace: with few callers, each waiting on its answer, a longer
 		// wait only delays them all.
-		if q[0].mayWait && len(q) < b.limit {
+		if q[0].mayWait && n == len(q) && n < b.limit {
 			if w := min(b.wait, waitGaps*b.gap) - time.Since(q[0].since); w > 0 {
 				if wait == 0 || w < wait {
 					wait = w
@@ -191,7 +195,6 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 				continue
 			}
 		}
-		n := min(len(q), b.limit)
 		if q[0].mayWait {
 			if n == 1 {
 				b.lonely++
@@ -211,6 +214,17 @@ func (b *batcher) take() ([]*queued, uint16, time.Duration) {
 		return group, slot, 0
 	}
 	return nil, 0, wait
+}
+
+// fill returns how many of the requests q, from the first, one call
+// decides: at most most, and maxCallBuckets buckets, but at least one.
+func fill(q []*queued, most int) int {
+	n, weight := 1, q[0].weight
+	for n < min(len(q), most) && weight+q[n].weight <= maxCallBuckets {
+		weight += q[n].weight
+		n++
+	}
+	return n
 }
 
 // waitGaps is how many of the recent gaps between requests one that found

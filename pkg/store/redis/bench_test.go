@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
@@ -94,4 +96,75 @@ func BenchmarkScriptCall(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/req")
+}
+
+// BenchmarkCallSize measures how long one script call holds Redis
+// (Redis's own CPU per call, from INFO cpu) by its weight in buckets
+// (callWeight): of leaky buckets only, and of the mix of
+// TestHugeRequestLetsOthersIn (leaky buckets, sliding windows of 60
+// sub-windows and fixed windows in turn, a sliding window weighing 6), all
+// stored. A request's buckets go in calls of at most maxCallBuckets,
+// chosen from these figures.
+//
+// RLS_REQUIRE_REDIS=1 go test ./pkg/store/redis -run XXX -bench CallSize
+func BenchmarkCallSize(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	cs := &clients{conn: c}
+	for _, mix := range []bool{false, true} {
+		for _, weight := range []int{128, 256, 512, 1024} {
+			var buckets []limit.Bucket
+			for w, all := 0, hugeRequest(weight, 1, ""); w < weight; {
+				bk := all[len(buckets)]
+				if !mix {
+					bk.Limit = all[0].Limit
+				}
+				bk.Limit.Size = 1 << 40
+				buckets = append(buckets, bk)
+				w += callWeight(bk.Limit)
+			}
+			name := fmt.Sprintf("leaky-%d", weight)
+			if mix {
+				name = fmt.Sprintf("mix-%d", weight)
+			}
+			keys := bucketKeys(name+":", buckets)
+			n := len(buckets)
+			results, before := make([]limit.Result, n), make([]limit.State, n)
+			leases, index := make([]Lease, n), make([]int, n)
+			for i, bk := range buckets {
+				leases[i], index[i] = Lease{Key: keys[i], Limit: bk.Limit, Return: 1, At: time.Now().UnixMicro(), Ask: 1}, i
+			}
+			for _, call := range []struct {
+				name string
+				run  func() error
+			}{
+				{"decide", func() error {
+					_, err := scriptExec{}.run(ctx, cs, -1, keys, buckets, results, before)
+					return err
+				}},
+				{"lease", func() error {
+					_, err := runScript(ctx, cs, &leaseScript, keys, leaseArgs(-1, leases, index))
+					return err
+				}},
+			} {
+				b.Run(call.name+"-"+name, func(b *testing.B) {
+					if err := call.run(); err != nil { // the keys stored, the script loaded
+						b.Fatal(err)
+					}
+					cpu := redisCPU(b, c)
+					b.ResetTimer()
+					for range b.N {
+						if err := call.run(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StopTimer()
+					b.ReportMetric(float64((redisCPU(b, c)-cpu).Microseconds())/float64(b.N), "redis-µs/call")
+					b.ReportMetric(float64(n), "buckets/call")
+				})
+			}
+		}
+	}
 }

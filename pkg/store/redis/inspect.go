@@ -32,7 +32,9 @@ func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket
 }
 
 // read reads the buckets at keys into states, and the server's time unless
-// at (Unix microseconds) is given; it returns the time.
+// at (Unix microseconds) is given; it returns the time. It makes no script
+// call: each bucket is its own command in one pipeline, and Redis serves
+// other callers between them, however many there are.
 func (s *Store) read(ctx context.Context, c *clients, at int64, keys []string, buckets []limit.Bucket, states []limit.State) (int64, error) {
 	// One pipeline, whatever the slots: a Cluster client sends each read
 	// to its node. Reads need no atomicity across slots. Each command's
@@ -67,7 +69,9 @@ func (s *Store) read(ctx context.Context, c *clients, at int64, keys []string, b
 // Reset deletes the buckets with these keys, so the next request finds
 // them empty, then tells every store watching this Redis and prefix
 // (WatchResets), so that replicas drop them from their over-limit caches.
-// On a Cluster, the keys of each slot go in one DEL.
+// The keys go in DELs of one slot and at most maxCallBuckets keys each, in
+// one pipeline: Redis serves other callers between two DELs, where one DEL
+// of 40,000 keys held it 10 to 20 ms.
 func (s *Store) Reset(ctx context.Context, keys []string) error {
 	if s.closed.Load() {
 		return errClosed
@@ -75,23 +79,18 @@ func (s *Store) Reset(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	bySlot := map[uint16][]string{}
-	var order []uint16
-	for _, k := range keys {
-		rk := redisKey(s.keyPrefix, k)
-		sl := uint16(0)
-		if s.cluster {
-			sl = slot(rk)
-		}
-		if _, ok := bySlot[sl]; !ok {
-			order = append(order, sl)
-		}
-		bySlot[sl] = append(bySlot[sl], rk)
+	rks := make([]string, len(keys))
+	for i, k := range keys {
+		rks[i] = redisKey(s.keyPrefix, k)
 	}
+	type del struct{ keys []string }
+	runs := cut(s.cluster, rks, func(int) int { return 1 }, func(d *del, i int) { d.keys = append(d.keys, rks[i]) })
 	c := s.client.Load().conn
 	_, err := c.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for _, sl := range order {
-			p.Del(ctx, bySlot[sl]...)
+		for _, run := range runs {
+			for _, d := range run {
+				p.Del(ctx, d.keys...)
+			}
 		}
 		return nil
 	})

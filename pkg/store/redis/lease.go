@@ -41,15 +41,15 @@ type Lease struct {
 // leaseFields is the number of values lease.lua returns per bucket.
 const leaseFields = 4
 
-// leaseChunk bounds the buckets of one script call, so that a sync of many
-// buckets does not hold Redis for long at a time.
-const leaseChunk = 256
-
-// LeaseAll runs limit.Lease on every bucket of leases, on Redis, in one
-// script call per hash slot (and per leaseChunk buckets), each bucket on
-// its own: a bucket's grant does not depend on another's. It returns the
-// time Redis decided at (Unix microseconds; the latest, if several calls),
-// and the first error of a call, whose buckets have their Err set.
+// LeaseAll runs limit.Lease on every bucket of leases, on Redis, each
+// bucket on its own (a bucket's grant does not depend on another's), in
+// calls of at most maxCallBuckets buckets of one hash slot: a sync of many
+// buckets holds Redis for a call's few milliseconds at a time, not for
+// all of them. A slot's calls go one after another, as a request's parts
+// do (decideRun: they share a node, where parallel calls only queue
+// together), and the slots in parallel. It returns the time Redis decided
+// at (Unix microseconds; the latest, if several calls), and the first
+// error of a call, whose buckets have their Err set.
 //
 // It needs the script mode.
 func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (int64, error) {
@@ -63,25 +63,16 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 		now   int64
 		err   error
 	}
-	var calls []*call
-	open := map[uint16]*call{}
+	keys := make([]string, len(leases))
 	for i := range leases {
-		key := redisKey(s.keyPrefix, leases[i].Key)
-		var sl uint16
-		if s.cluster {
-			sl = slot(key)
-		}
-		c := open[sl]
-		if c == nil || len(c.keys) == leaseChunk {
-			c = &call{}
-			open[sl] = c
-			calls = append(calls, c)
-		}
-		c.index = append(c.index, i)
-		c.keys = append(c.keys, key)
+		keys[i] = redisKey(s.keyPrefix, leases[i].Key)
 	}
+	runs := cut(s.cluster, keys, func(i int) int { return callWeight(leases[i].Limit) }, func(c *call, i int) {
+		c.index = append(c.index, i)
+		c.keys = append(c.keys, keys[i])
+	})
 	cs := s.client.Load()
-	parallel(calls, func(c *call) {
+	inTurn(runs, func(c *call) {
 		vals, err := runScript(ctx, cs, &leaseScript, c.keys, leaseArgs(at, leases, c.index))
 		if err == nil && len(vals) != leaseFields*len(c.keys)+1 {
 			err = fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(c.keys))
@@ -101,17 +92,19 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	})
 	var latest int64
 	var first error
-	for _, c := range calls {
-		if c.err != nil {
-			for _, i := range c.index {
-				leases[i].Granted, leases[i].Err = 0, c.err
+	for _, run := range runs {
+		for _, c := range run {
+			if c.err != nil {
+				for _, i := range c.index {
+					leases[i].Granted, leases[i].Err = 0, c.err
+				}
+				if first == nil {
+					first = c.err
+				}
+				continue
 			}
-			if first == nil {
-				first = c.err
-			}
-			continue
+			latest = max(latest, c.now)
 		}
-		latest = max(latest, c.now)
 	}
 	return latest, first
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
-// part is the buckets of one slot, decided by one executor call.
+// part is buckets of one slot decided by one executor call: all of them,
+// or maxCallBuckets of a request that has more.
 type part struct {
 	index   []int // positions in the request
 	keys    []string
@@ -18,6 +19,8 @@ type part struct {
 	before  []limit.State // each bucket before the charge, dripped to now
 	now     int64         // the time it was decided at
 	err     error
+	sent    bool // a call was made
+	peek    bool // sent once the request was rejected: charged only what charges always
 }
 
 func (p *part) add(i int, key string, b limit.Bucket) {
@@ -37,89 +40,122 @@ func (p *part) admitted() bool {
 	return true
 }
 
-// undoTimeout bounds the undo of a request rejected in another slot: it
-// must run even if the call has just ended, but not hang.
+// undoTimeout bounds each undo call of a request rejected in another
+// part, and the read of its sliding windows after: it must run even if
+// the request's call has just ended, but not hang.
 const undoTimeout = time.Second
 
-// applySlots decides a request whose buckets span several slots: one call
-// per slot, in parallel. If a slot rejects or fails, what the other slots
-// charged is undone, so a rejected request still charges nothing.
+// applySlots decides a request that one call cannot: its buckets span
+// several slots, or more than maxCallBuckets. Each slot's buckets go in
+// calls of at most maxCallBuckets, in turn, and the slots in parallel
+// (decideRun). If a part rejects or fails, what the other parts charged
+// is undone, so a rejected request still charges nothing (but what
+// charges always).
 func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
-	var parts []*part
-	slots := map[uint16]*part{}
-	for i, k := range keys {
-		sl := slot(k)
-		p := slots[sl]
-		if p == nil {
-			p = &part{}
-			slots[sl] = p
-			parts = append(parts, p)
-		}
-		p.add(i, k, buckets[i])
-	}
-	parallel(parts, func(p *part) {
-		p.results, p.before = make([]limit.Result, len(p.buckets)), make([]limit.State, len(p.buckets))
-		p.now, p.err = s.exec.run(ctx, c, at, p.keys, p.buckets, p.results, p.before)
-	})
+	runs := s.split(keys, buckets)
+	var flags runFlags
+	parallel(runs, func(run []*part) { s.decideRun(ctx, c, at, run, &flags) })
 
 	var failed error
-	rejected := false
-	for _, p := range parts {
-		switch {
-		case p.err != nil:
-			failed = errors.Join(failed, p.err)
-		case !p.admitted():
-			rejected = true
-		}
-		for j, i := range p.index {
-			if p.err != nil {
-				// Unknown, and not what rejected the request.
-				results[i] = limit.Result{Admitted: true}
-				continue
+	rejected, unsent := false, false
+	for _, run := range runs {
+		for _, p := range run {
+			switch {
+			case !p.sent:
+				unsent = true
+			case p.err != nil:
+				failed = errors.Join(failed, p.err)
+			case !p.admitted():
+				rejected = true
 			}
-			results[i] = p.results[j]
+			for j, i := range p.index {
+				if !p.sent || p.err != nil {
+					// Unknown, and not what rejected the request.
+					results[i] = limit.Result{Admitted: true}
+					continue
+				}
+				results[i] = p.results[j]
+			}
 		}
 	}
 	if failed == nil && !rejected {
 		return nil
 	}
 
-	undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	var undos []*undo
-	for _, p := range parts {
-		if p.err == nil && p.admitted() {
-			if u := undoOf(p); u != nil {
-				undos = append(undos, u)
+	var undos [][]*undo // per slot, in turn
+	for _, run := range runs {
+		var us []*undo
+		for _, p := range run {
+			if p.sent && p.err == nil && !p.peek && p.admitted() {
+				if u := undoOf(p); u != nil {
+					us = append(us, u)
+				}
 			}
 		}
+		if len(us) > 0 {
+			undos = append(undos, us)
+		}
 	}
-	parallel(undos, func(u *undo) { u.states, u.now, u.err = s.exec.undo(undoCtx, c, at, u.keys, u.changes) })
+	parallel(undos, func(run []*undo) { s.undoRun(ctx, c, at, run) })
 	var windows []int // sliding windows undone, whose counts the undo does not return
-	for _, u := range undos {
-		if u.err != nil {
-			s.log.Error("redis store: undoing the charge of a rejected request failed: its buckets stay charged until they drain",
-				"keys", u.keys, "err", u.err)
-			continue
-		}
-		for j, i := range u.index {
-			b := buckets[i]
-			if b.Limit.Algorithm == limit.SlidingWindow {
-				// Until read again below: the charged result, less the charge.
-				results[i].Remaining = min(results[i].Remaining+u.changes[j].hits, b.Limit.Size)
-				windows = append(windows, i)
-				continue
-			}
-			r := limit.Decide(u.states[j], b.Limit, time.UnixMicro(u.now), 0)
-			r.Admitted = true // the bucket had room; the request was refused elsewhere
-			results[i] = r
+	for _, run := range undos {
+		for _, u := range run {
+			windows = undoneResults(u, buckets, results, windows)
 		}
 	}
-	s.rereadWindows(undoCtx, c, at, windows, keys, buckets, results)
-	if rejected {
-		return nil // rejected for certain, whatever else failed
+	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	s.rereadWindows(readCtx, c, at, windows, keys, buckets, results)
+	if rejected && !unsent {
+		// Rejected for certain, whatever else failed. (Parts not sent, after
+		// a failure, leave their figures unknown and what charges always
+		// uncharged: the request fails.)
+		return nil
 	}
 	return failed
+}
+
+// undoRun takes back the charges of one slot's parts, in turn, as they
+// were made (decideRun). It stops at the first undo that fails: Redis is
+// failing, and the others would only wait out their time too.
+func (s *Store) undoRun(ctx context.Context, c *clients, at int64, run []*undo) {
+	for k, u := range run {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		u.states, u.now, u.err = s.exec.undo(uctx, c, at, u.keys, u.changes)
+		cancel()
+		if u.err == nil {
+			continue
+		}
+		left := 0
+		for _, v := range run[k:] {
+			v.err = u.err
+			left += len(v.keys)
+		}
+		s.log.Error("redis store: undoing the charge of a rejected request failed: its buckets stay charged until they drain",
+			"buckets", left, "first", u.keys[0], "err", u.err)
+		return
+	}
+}
+
+// undoneResults writes into results what the undo u left, if it was made, and
+// returns windows with the sliding windows it undid, to be read again.
+func undoneResults(u *undo, buckets []limit.Bucket, results []limit.Result, windows []int) []int {
+	if u.err != nil {
+		return windows
+	}
+	for j, i := range u.index {
+		b := buckets[i]
+		if b.Limit.Algorithm == limit.SlidingWindow {
+			// Until read again: the charged result, less the charge.
+			results[i].Remaining = min(results[i].Remaining+u.changes[j].hits, b.Limit.Size)
+			windows = append(windows, i)
+			continue
+		}
+		r := limit.Decide(u.states[j], b.Limit, time.UnixMicro(u.now), 0)
+		r.Admitted = true // the bucket had room; the request was refused elsewhere
+		results[i] = r
+	}
+	return windows
 }
 
 // rereadWindows reads the sliding windows at these indexes again once

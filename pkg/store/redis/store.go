@@ -11,13 +11,20 @@
 // Redis-compatible servers without scripting, each request is a WATCH /
 // MULTI / EXEC transaction that decides with limit.DecideAll in Go.
 //
+// No call takes more than maxCallBuckets (256) buckets, since Redis serves
+// nobody else while it runs one: a request of more, in one slot, is
+// decided in several calls, one after another, each like a slot of its own
+// below; so are a batch, a lease and a reset of many buckets.
+//
 // A request whose buckets span several Cluster slots (several descriptors
-// with different first entries) is decided per slot, in parallel; if one
-// slot rejects, what the others charged is undone: each bucket nobody has
-// touched since is put back exactly as it was, and the others lose what the
-// request added. Two windows remain. Between a slot's charge and its undo
-// (one round trip), another request can see its buckets fuller than they
-// will be and be rejected. And a call whose reply is lost (a timeout after
+// with different first entries), or several calls, is decided per slot, in
+// parallel, and per call in a slot, in turn; if one call rejects, what the
+// others charged is undone: each bucket nobody has touched since is put
+// back exactly as it was, and the others lose what the request added (the
+// calls sent after it charge nothing but what charges always). Two
+// windows remain. Between a call's charge and its undo (the round trips
+// in between), another request can see its buckets fuller than they will
+// be and be rejected. And a call whose reply is lost (a timeout after
 // Redis ran it) may have charged without the store knowing: it is not
 // retried (that could charge twice), nor undone; its buckets stay charged
 // until they drain. The same holds for a single Redis.
@@ -77,8 +84,8 @@ type Options struct {
 	// call on its own.
 	Pipeline Pipeline
 	// Batch is the most requests of concurrent calls one script call
-	// decides, when their buckets share a slot (script mode); 0 or 1
-	// decides each request in its own call.
+	// decides, when their buckets share a slot (script mode), and 256
+	// buckets in all; 0 or 1 decides each request in its own call.
 	Batch int
 	// BatchWait is how long requests that find their slot idle (no call
 	// out), fewer than Batch, wait for more before their call is sent: 0
@@ -273,13 +280,13 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	at := s.at(now)
 	keys := s.keys(buckets)
 	c := s.client.Load()
-	if !s.cluster || sameSlot(keys) {
+	if w := callWeights(buckets); w <= maxCallBuckets && (!s.cluster || sameSlot(keys)) {
 		if s.batch != nil {
 			var sl uint16
 			if s.cluster {
 				sl = slot(keys[0])
 			}
-			return s.batch.submit(ctx, sl, at, keys, buckets, results[:len(buckets)])
+			return s.batch.submit(ctx, sl, w, at, keys, buckets, results[:len(buckets)])
 		}
 		_, err := s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)], nil)
 		return err
