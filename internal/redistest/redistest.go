@@ -54,12 +54,17 @@ type Server struct {
 // Addr returns host:port.
 func (s *Server) Addr() string { return s.addr }
 
-// URL returns the server's redis:// (or rediss://) URL.
-func (s *Server) URL() string {
+// URL returns the server's redis:// (or rediss://) URL, of database 0.
+func (s *Server) URL() string { return s.DBURL(0) }
+
+// DBURL returns the server's URL of database db: stores on one server that
+// must not see each other's keys, as a separate Redis would have them.
+func (s *Server) DBURL(db int) string {
+	scheme := "redis://"
 	if s.tls {
-		return "rediss://" + s.addr + "/0"
+		scheme = "rediss://"
 	}
-	return "redis://" + s.addr + "/0"
+	return scheme + s.addr + "/" + strconv.Itoa(db)
 }
 
 // Client returns a plain client to the server, closed with the test.

@@ -44,6 +44,18 @@ type Bucket struct {
 // sliding window's Counts in results share memory with its Counts in states,
 // which are changed.
 func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result) bool {
+	admitted := DecideEach(states, buckets, now, results)
+	Settle(states, buckets, now, admitted, results)
+	return admitted
+}
+
+// DecideEach is DecideAll's first half: it decides each bucket on its own,
+// charging nothing (a leaky bucket's results hold its hits charged if they
+// fit, which Settle keeps or takes back), and reports whether every bucket
+// not in shadow mode admits its hits. A store that learns the request's
+// answer elsewhere (another store decides some of its buckets) settles
+// with that answer.
+func DecideEach(states []State, buckets []Bucket, now time.Time, results []Result) bool {
 	admitted := true
 	for i := range buckets {
 		results[i] = decideOne(states[i], buckets[i].Limit, now, buckets[i].Hits)
@@ -51,6 +63,14 @@ func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result
 			admitted = false
 		}
 	}
+	return admitted
+}
+
+// Settle is DecideAll's second half: given results from DecideEach and the
+// request's answer, it charges what DecideAll charges (every bucket that
+// fits if admitted, and the buckets that charge always whatever the
+// answer) and shows the others as they stay.
+func Settle(states []State, buckets []Bucket, now time.Time, admitted bool, results []Result) {
 	for i, b := range buckets {
 		switch {
 		case b.Hits == 0:
@@ -64,7 +84,6 @@ func DecideAll(states []State, buckets []Bucket, now time.Time, results []Result
 			results[i] = decideOne(states[i], b.Limit, now, 0)
 		}
 	}
-	return admitted
 }
 
 // Saves reports whether a store must save the result of bucket b in a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,9 +41,13 @@ const localFirstInterval = 200 * time.Millisecond
 // TestLocalFirstBound hammers each algorithm's limit of 100 a second for 5
 // seconds through three local-first replicas and, at the same time,
 // through three exact ones, on one Redis (single and Cluster): the
-// local-first replicas must admit 80% to 110% of what the exact ones
+// local-first replicas must admit 80% to 110% of the hits the exact ones
 // admit. A usage budget of 100 a second (charge: always) is hammered as
 // Envoy does: a check, then, if admitted, a charge of the request's cost.
+// Each limit is hammered twice, on buckets of their own: by requests of
+// one hit (the usage charges: 3), and by requests of mixed sizes, from 1
+// to a fifth of the limit (mixedMax), where a request refused for its
+// size must not keep smaller ones from the room left.
 func TestLocalFirstBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 5 seconds per topology")
@@ -88,34 +93,40 @@ func TestLocalFirstBound(t *testing.T) {
 			}
 
 			const run = 5 * time.Second
-			const workers = 2 // per replica, algorithm and mode
 			// Start half way through a second, so that both modes see the
 			// same six fixed windows, the first and last halves.
 			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(1500 * time.Millisecond)))
-			admitted := map[string]*atomic.Int64{}
+			admitted := map[string]*atomic.Int64{} // hits, by mode and load
 			var calls atomic.Int64
 			var wg sync.WaitGroup
 			ctx, cancel := context.WithTimeout(context.Background(), run)
 			defer cancel()
 			errs := make(chan error, 1)
 			for mode, svcs := range modes {
-				for _, algo := range []string{"leaky", "sliding", "fixed", "usage"} {
+				for _, ld := range boundLoads {
 					n := &atomic.Int64{}
-					admitted[mode+" "+algo] = n
-					req := request([]string{algo + "=" + mode})
-					check, charge := request([]string{algo + "=" + mode}), request([]string{algo + "=" + mode})
-					check.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
-					charge.Descriptors[0].HitsAddend = wrapperspb.UInt64(3)
+					admitted[mode+" "+ld.String()] = n
+					entry := ld.algo + "=" + mode
+					if ld.mixed {
+						entry += "-mixed"
+					}
 					for _, svc := range svcs {
-						for range workers {
+						for range ld.workers() {
 							wg.Go(func() {
 								for ctx.Err() == nil {
-									first := req
-									if algo == "usage" {
-										first = check
+									// The request's cost: its hits, or a
+									// usage limit's charge after the check.
+									cost := ld.cost()
+									first := request([]string{entry})
+									if ld.algo == "usage" {
+										first.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+									} else {
+										first.Descriptors[0].HitsAddend = wrapperspb.UInt64(cost)
 									}
 									resp, err := svc.ShouldRateLimit(context.Background(), first)
-									if err == nil && algo == "usage" && resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+									if err == nil && ld.algo == "usage" && resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+										charge := request([]string{entry})
+										charge.Descriptors[0].HitsAddend = wrapperspb.UInt64(cost)
 										_, err = svc.ShouldRateLimit(context.Background(), charge) // at stream end
 									}
 									if err != nil {
@@ -127,11 +138,9 @@ func TestLocalFirstBound(t *testing.T) {
 									}
 									calls.Add(1)
 									if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
-										n.Add(1)
+										n.Add(int64(cost))
 									}
-									// Many times the limit, without starving
-									// the other replicas of CPU.
-									time.Sleep(time.Millisecond)
+									time.Sleep(ld.pause())
 								}
 							})
 						}
@@ -144,23 +153,80 @@ func TestLocalFirstBound(t *testing.T) {
 				t.Fatal(err)
 			default:
 			}
-			for _, algo := range []string{"leaky", "sliding", "fixed", "usage"} {
-				exact, local := admitted["exact "+algo].Load(), admitted["local-first "+algo].Load()
+			for _, ld := range boundLoads {
+				exact, local := admitted["exact "+ld.String()].Load(), admitted["local-first "+ld.String()].Load()
 				ratio := float64(local) / float64(exact)
-				t.Logf("%s: exact admitted %d, local-first %d (%.0f%%), of %d calls in all", algo, exact, local, 100*ratio, calls.Load())
+				t.Logf("%s: exact admitted %d hits, local-first %d (%.0f%%), of %d calls in all", ld, exact, local, 100*ratio, calls.Load())
 				floor := int64(400)
-				if algo == "usage" {
-					floor = 100 // requests costing 3 of 100 a second
+				if ld.algo == "usage" {
+					floor = 300 // of 100 a second, charged after their check
 				}
 				if exact < floor {
-					t.Fatalf("%s: the exact replicas admitted %d: the load did not keep the limit busy", algo, exact)
+					t.Fatalf("%s: the exact replicas admitted %d hits: the load did not keep the limit busy", ld, exact)
 				}
 				if ratio < 0.8 || ratio > 1.1 {
-					t.Errorf("%s: local-first admitted %d, %.0f%% of exact's %d, want 80%% to 110%%", algo, local, 100*ratio, exact)
+					t.Errorf("%s: local-first admitted %d hits, %.0f%% of exact's %d, want 80%% to 110%%", ld, local, 100*ratio, exact)
 				}
 			}
 		})
 	}
+}
+
+// boundLoad is one of TestLocalFirstBound's loads: a limit of
+// localFirstConfig, hammered by requests of one size or of mixed sizes.
+type boundLoad struct {
+	algo  string
+	mixed bool
+}
+
+// boundLoads are the loads of TestLocalFirstBound, each on buckets of its
+// own.
+var boundLoads = []boundLoad{
+	{"leaky", false}, {"sliding", false}, {"fixed", false}, {"usage", false},
+	{"leaky", true}, {"sliding", true}, {"fixed", true}, {"usage", true},
+}
+
+// mixedMax is the largest request of a mixed load: a fifth of the limit.
+const mixedMax = 100 / 5
+
+func (ld boundLoad) String() string {
+	if ld.mixed {
+		return ld.algo + " (mixed sizes)"
+	}
+	return ld.algo
+}
+
+// workers is the goroutines per replica and mode: requests of mixed sizes
+// take the limit's room in fewer calls.
+func (ld boundLoad) workers() int {
+	if ld.mixed {
+		return 1
+	}
+	return 2
+}
+
+// pause is the wait between a worker's requests: many times the limit,
+// without starving the other replicas of CPU. Mixed charges of a usage
+// budget come less often (still thirty times the budget): a check
+// admitted while another worker's charge is under way lets that budget
+// overshoot by a charge, up to mixedMax, in either mode, and over six
+// windows that chance would decide the totals more than the mode.
+func (ld boundLoad) pause() time.Duration {
+	if ld.mixed && ld.algo == "usage" {
+		return 10 * time.Millisecond
+	}
+	return time.Millisecond
+}
+
+// cost draws a request's hits (a usage charge's, after its check).
+func (ld boundLoad) cost() uint64 {
+	switch {
+	case ld.mixed:
+		return 1 + rand.Uint64N(mixedMax)
+	case ld.algo == "usage":
+		return 3
+	}
+	return 1
 }
 
 // TestLocalFirstFewRedisCalls checks that local-first replicas under a
@@ -228,14 +294,13 @@ descriptors:
 
 // TestColdBucketsCostWhatExactDoes sends requests each for a new bucket
 // (a long tail of keys, each seen once) to an exact replica and to a
-// local-first one, under limits large enough for a first sighting to be
-// admitted on trust and under small ones, which never are: the local-first
+// local-first one, under large limits and small ones: the local-first
 // replica makes no more Redis calls, and has Redis run no more commands,
 // than the exact one, its last sync included.
 func TestColdBucketsCostWhatExactDoes(t *testing.T) {
 	for name, limits := range map[string]string{
-		"trusted": "leaky_bucket: {size: 1000, drip_rate: 1s}\n    descriptors:\n      - key: action\n        fixed_window: {limit: 100, window: 1m}",
-		"small":   "leaky_bucket: {size: 10, drip_rate: 1s}\n    descriptors:\n      - key: action\n        fixed_window: {limit: 5, window: 1m}",
+		"large": "leaky_bucket: {size: 1000, drip_rate: 1s}\n    descriptors:\n      - key: action\n        fixed_window: {limit: 100, window: 1m}",
+		"small": "leaky_bucket: {size: 10, drip_rate: 1s}\n    descriptors:\n      - key: action\n        fixed_window: {limit: 5, window: 1m}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg, _, err := descriptors.Parse(descriptors.Source{Name: "cold.yaml", Data: []byte("domain: api\ndescriptors:\n  - key: user\n    " + limits + "\n")})

@@ -5,51 +5,92 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
-	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // ErrClosed is returned by Apply after Close.
 var ErrClosed = errors.New("local-first store: closed")
 
-// request is what Apply knows of one request while it decides it. Requests
-// of a few buckets, nearly all, allocate nothing for it: its slices start
-// in arrays of Apply's.
+// way is how one bucket of a request is decided.
+type way uint8
+
+const (
+	// onModel: on the bucket's model, with units this replica holds (or
+	// none needed: a check, a refusal).
+	onModel way = iota
+	// needsRedis: on the model, which admits it, but Redis must say yes
+	// too: the units held fall short of the hits, or it is a check of a
+	// limit that charges always, which other replicas may have pushed
+	// past it.
+	needsRedis
+	// onRedis: on Redis alone, as exact mode decides it: a bucket without
+	// a model (seen once, not learnt yet, or the table is full).
+	onRedis
+	// refund: hits given back, on Redis and on the model alike.
+	refund
+)
+
+// request is what Apply knows of one request while it decides it. They
+// are kept in a pool, so that a request allocates nothing for it.
 type request struct {
 	buckets []limit.Bucket
 	hashes  []uint64
 	locks   []uint32 // the shards of its buckets, sorted, each once
 	entries []*entry // nil: a bucket this replica does not track
-	remote  []bool   // whether Redis decides the bucket
-	trusted []bool   // whether the bucket is admitted on trust, charged at the next sync
-	// reserved is the units taken from a bucket's lease while Redis
-	// decides the others, and gens the lease's generation then.
-	reserved []int64
-	gens     []uint32
+	ways    []way
+	gens    []uint32 // each entry's lease generation when the request took units
+	// states are the models the request was decided on (their Counts
+	// copied); taken is the units taken from each lease for the hits, and
+	// short what they lacked; charged marks a model the request charged
+	// before Redis answered, which a refusal takes back.
+	states  []limit.State
+	taken   []int64
+	short   []int64
+	charged []bool
+	// onModel is whether every bucket decided on its model admits (the
+	// request's answer if no bucket needs Redis).
+	onModel bool
+	rnow    int64 // Redis's clock, as far as this replica can tell
 }
 
-// Apply decides the buckets of one request with the all-or-nothing rule.
-// A bucket this replica holds enough units of is decided here, against
-// them. Any other is decided on Redis, exactly, by the call exact mode
-// makes (which the Redis store batches with other requests'), while the
-// units of the buckets decided here are set aside: a request waits for at
-// most one Redis call, and only if exact mode would have waited for it
-// too. A bucket that Redis found full, or that refused a lease, is refused
-// here until Redis said it would have room again, or until the next sync.
-//
-// A bucket not seen for two intervals (its first sighting) is admitted on
-// trust under a large limit, and charged at the next sync (sight.go), or
-// decided on Redis under a small one: a bucket seen once costs one Redis
-// update whatever is done, and a lease would cost a give-back on top.
-// Units are leased to buckets seen again: at syncs, in batched calls, and
-// to a bucket seen a third time or short of its lease, in the background,
-// while its requests are decided on Redis. A request that gives hits back, or checks
-// a limit that charges always, is decided on Redis whole. An error means
-// Redis was needed and did not answer; nothing is charged then but usage
-// of limits that charge always, which is kept for the next sync.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+// reset makes r a request of buckets, every slice of their length.
+func (r *request) reset(buckets []limit.Bucket) {
+	n := len(buckets)
+	*r = request{buckets: buckets, hashes: r.hashes[:0], locks: r.locks[:0], entries: grow(r.entries, n), ways: grow(r.ways, n),
+		gens: grow(r.gens, n), states: grow(r.states, n), taken: grow(r.taken, n), short: grow(r.short, n), charged: grow(r.charged, n)}
+}
+
+// grow returns s of length n, its elements zero.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+func (r *request) at() time.Time { return time.UnixMicro(r.rnow) }
+
+// Apply decides the buckets of one request with the all-or-nothing rule,
+// answering as exact mode would for this replica alone (the package doc
+// says how several replicas differ). A bucket with a model is decided on
+// it; the request is admitted here when every such bucket admits and the
+// units held cover its hits. When they fall short, or a bucket has no
+// model, or a limit that charges always is checked, one Redis call
+// settles it: a lease call for the units lacking when every bucket has a
+// model, else the call exact mode makes, with the lacking units of the
+// modelled buckets asked of Redis in it. A request waits for at most that
+// one call, and only when exact mode would have waited for one too. An
+// error means Redis was needed and did not answer; nothing is charged then
+// but usage of limits that charge always, which is kept for the next sync.
 func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	select {
 	case <-s.stop:
@@ -62,206 +103,210 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	if len(buckets) == 0 {
 		return nil
 	}
-	for _, b := range buckets {
-		if b.Hits < 0 || (b.Always && b.Hits == 0) {
-			// A refund makes room for the hits Redis still counts, which
-			// only Redis knows: they may have leaked, left the window, or
-			// never been charged. A check of a limit that charges always
-			// asks whether every replica's charges together are past it,
-			// which only Redis knows too.
-			return s.remote.Apply(ctx, now, buckets, results)
-		}
-	}
-	var (
-		hashBuf   [8]uint64
-		resBuf    [8]int64
-		lockBuf   [8]uint32
-		genBuf    [8]uint32
-		entryBuf  [8]*entry
-		remoteBuf [8]bool
-		trustBuf  [8]bool
-	)
-	r := request{buckets: buckets, hashes: hashBuf[:0], locks: lockBuf[:0], entries: entryBuf[:0],
-		remote: remoteBuf[:0], trusted: trustBuf[:0], reserved: resBuf[:0], gens: genBuf[:0]}
+	r := requests.Get().(*request)
+	defer requests.Put(r)
+	r.reset(buckets)
 	for _, b := range buckets {
 		h := maphash.String(s.seed, b.Key)
 		r.hashes = append(r.hashes, h)
 		r.locks = insertSorted(r.locks, uint32(h%shards))
-		r.entries = append(r.entries, nil)
-		r.remote = append(r.remote, false)
-		r.trusted = append(r.trusted, false)
-		r.reserved = append(r.reserved, 0)
-		r.gens = append(r.gens, 0)
 	}
-	for first := true; ; first = false {
-		err := s.decide(ctx, now, buckets, &r, results, first)
-		if err != errAgain {
-			return err
-		}
-	}
-}
 
-// errAgain is decideOnRedis's answer when the request is to be decided
-// again: units came meanwhile for what Redis refused.
-var errAgain = errors.New("local-first store: decide again")
-
-// decide decides r, the request of buckets, once: here if it can, or with
-// Redis's help. The first time counts its demand. (buckets is r.buckets,
-// passed on its own: what goes to Redis must not take r to the heap.)
-func (s *Store) decide(ctx context.Context, now time.Time, buckets []limit.Bucket, r *request, results []limit.Result, first bool) error {
 	s.lock(r.locks)
-	rnow := now.UnixMicro() + s.offset.Load()
-	refused := false
-	var short []int // buckets to ask more for, in the background
-	remote := 0
-	for i, b := range buckets {
-		e, sight := s.track(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
-		r.entries[i] = e
-		r.trusted[i] = sight == unseen && trusts(b)
-		r.remote[i] = e == nil && !r.trusted[i]
-		if e == nil {
-			if r.remote[i] {
-				remote++
-			}
-			continue
-		}
-		if e.busy == nil || e.limit.Algorithm == limit.FixedWindow {
-			// A fixed window's units end with it even while a call
-			// is out: its answer leaves an ended lease alone.
-			s.expire(e, rnow)
-		}
-		if b.Hits > 0 && first {
-			e.demand = min(e.demand, leaky.MaxSize) + min(b.Hits, leaky.MaxSize) // no wrap, however large
-		}
-		if b.Hits <= 0 || e.lease >= b.Hits {
-			continue
-		}
-		// A shadow bucket (a quota-mode one among them) asks too: its
-		// figures decide a quota, and must say whether Redis has room.
-		switch full := e.full(rnow); {
-		case full && b.Shadow:
-		case full:
-			refused = true
-		default:
-			r.remote[i] = true
-			remote++
-			if sight != fresh && e.busy == nil && !e.dry {
-				short = append(short, i)
-			}
+	r.rnow = now.UnixMicro() + s.offset.Load()
+	s.classify(r)
+	s.decideOnModels(r, results)
+	redisNeeded, leaseOnly := false, true
+	for _, w := range r.ways {
+		switch w {
+		case needsRedis:
+			redisNeeded = redisNeeded || r.onModel
+		case onRedis, refund:
+			redisNeeded, leaseOnly = true, false
 		}
 	}
-	if refused || remote == 0 {
-		debts := s.decideHere(r, rnow, !refused, results)
+	if !redisNeeded {
+		// Decided here: the models' answer, charged (or not) as it says.
+		debts := s.settleHere(r, r.onModel, results)
 		s.unlock(r.locks)
-		if len(debts) > 0 {
-			s.pay(ctx, now, buckets, debts, results)
-		}
+		s.pay(now, debts)
 		return nil
 	}
-	if cold := remote == len(buckets) && !r.tracked(); cold {
-		// Buckets seen once, all: exactly what exact mode does.
-		s.unlock(r.locks)
-		err := s.remote.Apply(ctx, now, buckets, results)
-		if err != nil {
-			s.keepCharges(now, r)
-		}
-		return err
-	}
-	s.reserve(r)
-	var more *ask
-	if len(short) > 0 {
-		ch, leases := s.askMore(buckets, r.entries, short)
-		more = &ask{now: now, leases: leases, done: ch}
-		for _, i := range short {
-			more.entries = append(more.entries, r.entries[i])
-		}
-	}
+	debts := s.reserve(r)
 	s.unlock(r.locks)
-	if more != nil {
-		s.asks.add(s, more)
+	s.pay(now, debts)
+	if leaseOnly {
+		return s.askUnits(ctx, now, r, results)
 	}
-	return s.decideOnRedis(ctx, now, r, results, first)
+	return s.decideWithRedis(ctx, now, r, results)
 }
 
-// tracked reports whether any of r's buckets has an entry.
-func (r *request) tracked() bool {
-	for _, e := range r.entries {
-		if e != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// decideHere decides a request from the units held of its buckets, all of
-// which have enough, unless one was found full (admitted false). It
-// returns the charges of limits that charge always that go past what is
-// held, for Redis.
-func (s *Store) decideHere(r *request, rnow int64, admitted bool, results []limit.Result) []debt {
+// classify finds each bucket's entry and how it is decided, counting its
+// demand. Called with the request's shards locked.
+func (s *Store) classify(r *request) {
 	for i, b := range r.buckets {
-		if r.trusted[i] {
-			results[i] = s.trust(r, i, rnow, admitted || b.Always)
+		e := s.track(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
+		r.entries[i] = e
+		switch {
+		case e == nil || !e.known:
+			r.ways[i] = onRedis
+		case b.Hits < 0:
+			r.ways[i] = refund
+		}
+		if e == nil {
 			continue
 		}
-		results[i] = s.report(r.entries[i], b, rnow, admitted || b.Always)
+		if e.calls == 0 || e.limit.Algorithm == limit.FixedWindow {
+			// A fixed window's units end with it even while a call is
+			// out: its answer leaves an ended lease alone.
+			s.expire(e, r.rnow)
+		}
+		if b.Hits > 0 {
+			e.demand = min(e.demand, leaky.MaxSize) + min(b.Hits, leaky.MaxSize) // no wrap, however large
+		}
+		r.gens[i] = e.gen
 	}
-	var debts []debt
+}
+
+// decideOnModels decides the buckets that have a model on it, each on its
+// own (limit.DecideEach), into results, and marks those that need Redis's
+// word too. Called with the request's shards locked.
+func (s *Store) decideOnModels(r *request, results []limit.Result) {
+	r.onModel = true
+	at := r.at()
 	for i, b := range r.buckets {
+		if r.ways[i] == refund {
+			r.states[i] = r.entries[i].model
+			r.states[i].Counts = slices.Clone(r.states[i].Counts)
+		}
+		if r.ways[i] != onModel {
+			continue
+		}
+		e := r.entries[i]
+		r.states[i] = e.model
+		r.states[i].Counts = slices.Clone(e.model.Counts)
+		st := r.states[i]
+		st.Counts = slices.Clone(st.Counts) // Decide charges a sliding window in place
+		results[i] = limit.Decide(st, b.Limit, at, b.Hits)
+		if !results[i].Admitted && !b.Shadow {
+			r.onModel = false
+		}
+	}
+	for i, b := range r.buckets {
+		if r.ways[i] != onModel || !results[i].Admitted {
+			continue
+		}
 		e := r.entries[i]
 		switch {
-		case r.trusted[i]:
-		case b.Always && b.Hits > e.lease:
-			// Usage already spent, past what Redis granted: charged on
-			// Redis at once, past the limit, whatever the answer.
-			debts = append(debts, debt{index: i, entry: e, hits: owed(b.Hits, e.lease)})
-			e.lease = 0
-			e.paying++
+		case b.Always && b.Hits == 0:
+			// Every replica's charges together decide a check.
+			r.ways[i] = needsRedis
 		case b.Always:
-			e.lease -= b.Hits
-		case !admitted:
-		case b.Shadow:
-			e.lease -= min(b.Hits, e.lease) // past its lease, a shadow bucket is not charged
-		default:
-			e.lease -= b.Hits
+			// Charged whatever the answer: what the lease lacks is a debt.
+		case b.Hits > e.lease:
+			r.ways[i] = needsRedis
 		}
+	}
+}
+
+// settleHere settles a request decided on its models alone: each bucket
+// charged as DecideAll charges it, from its lease; it returns the charges
+// of limits that charge always past their lease, for Redis. Called with
+// the request's shards locked.
+func (s *Store) settleHere(r *request, admitted bool, results []limit.Result) []debt {
+	figures(r, admitted, results)
+	var debts []debt
+	for i, b := range r.buckets {
+		if r.ways[i] != onModel && r.ways[i] != needsRedis {
+			continue
+		}
+		if b.Hits <= 0 || !limit.Saves(b, admitted) || (!results[i].Admitted && !b.Always) {
+			continue // not charged
+		}
+		e := r.entries[i]
+		e.model = results[i].State
+		debts = s.take(e, b, debts)
 	}
 	return debts
 }
 
-// reserve sets aside, from their leases, the hits of the buckets decided
-// here while Redis decides the others; decideOnRedis charges or returns
-// them by its answer.
-func (s *Store) reserve(r *request) {
-	for i, b := range r.buckets {
-		e := r.entries[i]
-		take := int64(0)
-		if e != nil && b.Hits > 0 && !r.remote[i] {
-			take = min(b.Hits, e.lease) // a shadow bucket found full: what is held
-			e.lease -= take
-		}
-		if e != nil {
-			r.gens[i] = e.gen
-		}
-		r.reserved[i] = take
+// take takes b's hits from e's lease; what a limit that charges always
+// lacks is added to debts, for Redis.
+func (s *Store) take(e *entry, b limit.Bucket, debts []debt) []debt {
+	if b.Always && b.Hits > e.lease {
+		debts = append(debts, debt{entry: e, key: b.Key, limit: b.Limit, hits: owed(b.Hits, e.lease)})
+		e.lease = 0
+		e.paying++
+		return debts
 	}
+	e.lease -= min(b.Hits, max(e.lease, 0))
+	return debts
 }
 
-// askMore marks the buckets short as busy and returns the channel closed
-// when Redis has answered, and what to ask it: what the request lacks, and
-// at least twice the bucket's demand so far (a leaky bucket: or a
-// sixteenth of its room), so that a bucket in demand needs few calls.
-func (s *Store) askMore(buckets []limit.Bucket, entries []*entry, short []int) (chan struct{}, []redis.Lease) {
-	ch := make(chan struct{})
-	leases := make([]redis.Lease, len(short))
-	for j, i := range short {
-		b, e := buckets[i], entries[i]
-		e.busy = ch
-		want := max(b.Hits, 2*max(e.demand, e.prev))
-		if b.Limit.Algorithm == limit.LeakyBucket {
-			want = max(want, (b.Limit.Size-e.global.Counter)/headroom)
+// reserve charges the models of the buckets decided on them, as if the
+// request were admitted, and takes their hits from their leases, before
+// Redis is asked: the replica's other requests see them taken meanwhile.
+// A refusal gives them back (unreserve). A limit that charges always is
+// charged for good, whatever the answer; it returns what such limits
+// lack of their leases, for Redis. Called with the request's shards
+// locked.
+func (s *Store) reserve(r *request) []debt {
+	var debts []debt
+	at := r.at()
+	for i, b := range r.buckets {
+		e := r.entries[i]
+		if e == nil || b.Hits <= 0 || (r.ways[i] != onModel && r.ways[i] != needsRedis) {
+			continue
 		}
-		want -= e.lease
-		leases[j] = redis.Lease{Key: b.Key, Limit: b.Limit, Ask: want}
+		if b.Always {
+			e.model = forced(e.model, b.Limit, at, b.Hits)
+			debts = s.take(e, b, debts)
+			continue
+		}
+		if !r.onModel {
+			continue // refused whatever Redis says
+		}
+		st := r.states[i]
+		st.Counts = slices.Clone(st.Counts)
+		if res := limit.Decide(st, b.Limit, at, b.Hits); !res.Admitted {
+			continue // a shadow bucket without room: not charged
+		}
+		e.model = forced(e.model, b.Limit, at, b.Hits)
+		r.charged[i] = true
+		r.taken[i] = min(b.Hits, max(e.lease, 0))
+		r.short[i] = b.Hits - r.taken[i]
+		e.lease -= r.taken[i]
 	}
-	return ch, leases
+	return debts
+}
+
+// unreserve gives back what reserve took of bucket i: its charge on the
+// model and the units of its lease, unless the lease was ended meanwhile
+// (a reset, a reload, an ended window), which they belonged to. Called
+// with the bucket's shard locked.
+func (s *Store) unreserve(r *request, i int) {
+	e := r.entries[i]
+	if !r.charged[i] || e == nil || e.gen != r.gens[i] {
+		return
+	}
+	e.model = uncharged(e.model, r.buckets[i].Limit, r.at(), r.buckets[i].Hits)
+	e.lease += r.taken[i]
+	r.charged[i] = false
+}
+
+// figures fills the results of the buckets decided on their models for
+// the request's answer: DecideAll's figures on the models as the request
+// found them.
+func figures(r *request, admitted bool, results []limit.Result) {
+	at := r.at()
+	for i, b := range r.buckets {
+		if r.ways[i] == onRedis || r.ways[i] == refund {
+			continue
+		}
+		st := []limit.State{r.states[i]}
+		st[0].Counts = slices.Clone(st[0].Counts) // charged in place
+		bs := []limit.Bucket{b}
+		limit.DecideEach(st, bs, at, results[i:i+1])
+		limit.Settle(st, bs, at, admitted, results[i:i+1])
+	}
 }

@@ -13,8 +13,9 @@ import (
 // Redis granted this replica: usage already spent, to be charged on Redis
 // past the limit.
 type debt struct {
-	index int // the bucket's place in its request
 	entry *entry
+	key   string
+	limit limit.Limit
 	hits  int64
 }
 
@@ -28,58 +29,46 @@ func owed(hits, lease int64) int64 {
 	return min(hits-lease, leaky.MaxSize)
 }
 
-// pay charges debts on Redis (the store's exact path, which charges a
-// bucket that charges always whatever its room) and reports each bucket
-// as Redis then holds it. The call runs to its end even if the request
-// stops waiting; if it fails, the debts stay with their entries for the
-// next sync to send: a charge is never dropped. (A reply lost after Redis
-// ran the call may have it sent twice: the budget then binds early, not
-// late.) Each debt's entry counts the call in its paying.
-func (s *Store) pay(ctx context.Context, now time.Time, buckets []limit.Bucket, debts []debt, results []limit.Result) {
-	pays := make([]limit.Bucket, len(debts))
-	for n, d := range debts {
-		b := buckets[d.index]
-		pays[n] = limit.Bucket{Key: b.Key, Limit: b.Limit, Hits: d.hits, Always: true}
+// pay charges debts on Redis, in the background (the store's exact path,
+// which charges a bucket that charges always whatever its room): the
+// request that made them is answered by its models, and does not wait. If
+// the call fails, the debts stay with their entries for the next sync to
+// send: a charge is never dropped. (A reply lost after Redis ran the call
+// may have it sent twice: the budget then binds early, not late.) Each
+// debt's entry counts the call in its paying.
+func (s *Store) pay(now time.Time, debts []debt) {
+	if len(debts) == 0 {
+		return
 	}
-	got := make([]limit.Result, len(debts))
-	done := make(chan error, 1)
 	s.paying.Add(1)
 	go func() {
 		defer s.paying.Done()
+		pays := make([]limit.Bucket, len(debts))
+		for n, d := range debts {
+			pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		defer cancel()
 		rnow := now.UnixMicro() + s.offset.Load()
-		err := s.remote.Apply(ctx, now, pays, got)
-		s.settle(debts, pays, got, rnow, err)
-		done <- err
-	}()
-	select {
-	case err := <-done:
+		err := s.remote.Apply(ctx, now, pays, make([]limit.Result, len(pays)))
 		if err != nil {
-			return // the local figures stand
+			s.failures.Add(1)
 		}
-		for n, d := range debts {
-			results[d.index] = got[n]
-		}
-	case <-ctx.Done():
-	}
+		s.settle(debts, rnow, err)
+	}()
 }
 
 // settle records the outcome of a call that sent debts, made at rnow
-// (Redis's clock): Redis's state, or, if the call failed, the debts, for
-// the next sync to send. A debt is kept across a reload: it is usage of
-// the bucket's key, whatever its limit now.
-func (s *Store) settle(debts []debt, pays []limit.Bucket, got []limit.Result, rnow int64, err error) {
-	for n, d := range debts {
-		sh := &s.shards[maphash.String(s.seed, pays[n].Key)%shards]
+// (Redis's clock): if it failed, the debts, for the next sync to send. A
+// debt is kept across a reload: it is usage of the bucket's key, whatever
+// its limit now.
+func (s *Store) settle(debts []debt, rnow int64, err error) {
+	for _, d := range debts {
+		sh := &s.shards[maphash.String(s.seed, d.key)%shards]
 		sh.mu.Lock()
-		e := d.entry
-		e.paying--
-		switch {
-		case err != nil:
-			e.addDebt(d.hits, rnow)
-		case !e.forgot && e.limit == pays[n].Limit:
-			e.global = got[n].State
+		d.entry.paying--
+		if err != nil {
+			d.entry.addDebt(d.hits, rnow)
 		}
 		sh.mu.Unlock()
 	}
@@ -93,27 +82,28 @@ func (e *entry) addDebt(hits, rnow int64) {
 	e.debt = min(e.debt+hits, leaky.MaxSize)
 }
 
-// owing is hits of a bucket admitted on trust, at its first sighting, at
-// at (Redis's clock), that Redis has not been told of.
-type owing struct {
-	key   string
-	limit limit.Limit
-	hits  int64
-	at    int64
+// addDebt records bucket i of r's hits as a debt, in its entry, made if
+// need be (lost, and counted so, if the table is full).
+func (s *Store) addDebt(r *request, i int) {
+	b, e := r.buckets[i], r.entries[i]
+	if e == nil {
+		e, _ = s.entry(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
+	}
+	if e == nil {
+		s.lost.Add(uint64(b.Hits))
+		return
+	}
+	e.addDebt(min(b.Hits, leaky.MaxSize), r.rnow)
 }
 
-// payDebts sends the debts that could not be sent when they were made and
-// the hits admitted on trust, in calls of at most debtChunk buckets; it is
-// the sync's first step. Both are charged past the limit if need be: they
-// were admitted. A bucket Redis then finds past its limit gets an entry,
-// refused until Redis said it would have room, so that trust is given once
-// per bucket found full. A fixed window's debt made in a window that has
-// ended since is dropped: the window would have forgotten it.
+// payDebts sends the debts that could not be sent when they were made, in
+// calls of at most debtChunk buckets; it is the sync's first step. They
+// are charged past the limit if need be: they were admitted. A fixed
+// window's debt made in a window that has ended since is dropped: the
+// window would have forgotten it.
 func (s *Store) payDebts(ctx context.Context, now time.Time) {
 	rnow := now.UnixMicro() + s.offset.Load()
 	var debts []debt
-	var buckets []limit.Bucket
-	var owed []owing
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -125,36 +115,23 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 				e.debt = 0
 				continue
 			}
-			debts = append(debts, debt{index: len(buckets), entry: e, hits: e.debt})
-			buckets = append(buckets, limit.Bucket{Key: e.key, Limit: e.limit, Hits: e.debt, Always: true})
+			debts = append(debts, debt{entry: e, key: e.key, limit: e.limit, hits: e.debt})
 			e.debt = 0
 			e.paying++
 		}
-		for _, o := range sh.owed {
-			if !ended(o.limit, o.at, rnow) {
-				owed = append(owed, o)
-			}
-		}
-		sh.owed = nil
 		sh.mu.Unlock()
 	}
-	for _, o := range owed {
-		buckets = append(buckets, limit.Bucket{Key: o.key, Limit: o.limit, Hits: o.hits, Always: true})
-	}
-	for start := 0; start < len(buckets); start += debtChunk {
-		end := min(start+debtChunk, len(buckets))
-		got := make([]limit.Result, end-start)
-		err := s.remote.Apply(ctx, now, buckets[start:end], got)
+	for start := 0; start < len(debts); start += debtChunk {
+		chunk := debts[start:min(start+debtChunk, len(debts))]
+		pays := make([]limit.Bucket, len(chunk))
+		for n, d := range chunk {
+			pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
+		}
+		err := s.remote.Apply(ctx, now, pays, make([]limit.Result, len(pays)))
 		if err != nil {
 			s.failures.Add(1)
 		}
-		if start < len(debts) {
-			d := min(end, len(debts))
-			s.settle(debts[start:d], buckets[start:d], got[:d-start], rnow, err)
-		}
-		for j := max(start, len(debts)); j < end; j++ {
-			s.settleOwed(owed[j-len(debts)], got[j-start], rnow, err)
-		}
+		s.settle(chunk, rnow, err)
 	}
 }
 
@@ -166,29 +143,6 @@ func ended(l limit.Limit, at, rnow int64) bool {
 	}
 	win := l.Fixed().Window.Microseconds()
 	return floorDiv(rnow, win) != floorDiv(at, win)
-}
-
-// settleOwed records the outcome of a call that charged hits admitted on
-// trust: if it failed, they are owed again (for the next sync); if Redis
-// found the bucket past its limit, it gets an entry that refuses it until
-// Redis would have room.
-func (s *Store) settleOwed(o owing, got limit.Result, rnow int64, err error) {
-	h := maphash.String(s.seed, o.key)
-	sh := &s.shards[h%shards]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if err != nil {
-		sh.owed = append(sh.owed, o)
-		return
-	}
-	if got.Admitted {
-		return
-	}
-	e, terr := s.entry(sh, h, limit.Bucket{Key: o.key, Limit: o.limit})
-	if terr != nil || e.forgot {
-		return
-	}
-	e.global, e.dry, e.roomAt = got.State, true, rnow+got.Reset.Microseconds()
 }
 
 // debtChunk bounds the buckets of one call that sends debts.

@@ -2,21 +2,28 @@ package localfirst
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // entry is one bucket as this replica knows it.
 type entry struct {
 	key   string
 	limit limit.Limit
-	// lease is the units this replica may admit without asking Redis;
-	// leasedAt is Redis's time of the grant they came from.
+	// model is the bucket as exact mode would hold it: charged by the
+	// requests this replica decided, at the instants it decided them, and
+	// raised to what Redis said other replicas used (learn). Every figure
+	// this replica answers comes from it. known is false until a Redis
+	// answer for the bucket set it.
+	model limit.State
+	known bool
+	// lease is the units Redis charged for this replica that it has not
+	// used: what it may admit without asking; leasedAt is Redis's time of
+	// the last grant.
 	lease, leasedAt int64
-	// global is the bucket on Redis after the last grant, for the figures
-	// a response reports.
-	global limit.State
 	// demand is the hits asked for since the last sync (admitted or not),
 	// prev those of the interval before: what the next lease is sized by.
 	demand, prev int64
@@ -25,21 +32,15 @@ type entry struct {
 	// stale is a sliding window's units set aside by expire, granted at
 	// staleAt, for the next sync to give back.
 	stale, staleAt int64
-	// roomAt is when Redis had room again for one more unit, as it said
-	// at the last grant (its clock, Unix microseconds).
-	roomAt int64
-	// dry is set when Redis had less room than asked: no more asking
-	// until the next sync.
-	dry bool
-	// forgot is set when the bucket is reset while a call is out for it:
-	// the call's answer is not used.
-	forgot bool
 	// gen counts the times the lease was ended (a reset, a reload, an
-	// ended window): units set aside from it go back only to the same one.
+	// ended window): what a call out took or gave of it is applied only to
+	// the same generation.
 	gen uint32
-	// busy is closed when the lease call out for this bucket returns; nil
-	// when none is.
-	busy chan struct{}
+	// calls counts the lease calls out for this bucket; the sync leaves a
+	// bucket with one out alone, and what a call learns of other replicas
+	// is taken only when it was the only one out (its answer and the
+	// lease then describe the same moment).
+	calls int
 	// debt is hits of a limit that charges always, charged past what Redis
 	// granted, whose sending to Redis failed: the next sync sends them (at
 	// most leaky.MaxSize, which a count saturates at anyway). debtAt is
@@ -49,6 +50,13 @@ type entry struct {
 	// paying counts the calls out that send this bucket's debts: while one
 	// is, the entry is kept, so that a failure has somewhere to leave them.
 	paying int
+	// same is set when Redis last answered with the bucket as the model
+	// holds it, nothing held: forgetting the model then loses nothing.
+	// redis is a leaky bucket as Redis last answered it.
+	same  bool
+	redis limit.State
+	// reloaded is the generation a reload of the limit began.
+	reloaded uint32
 }
 
 // entry returns the entry of bucket b, whose key hashes to h, made if new;
@@ -75,15 +83,32 @@ func (s *Store) entry(sh *shard, h uint64, b limit.Bucket) (*entry, error) {
 	return e, nil
 }
 
-// full reports whether Redis found the bucket full and said it would not
-// have room before roomAt (Redis's clock).
-func (e *entry) full(rnow int64) bool { return e.dry && rnow < e.roomAt }
-
 // reload makes e an entry of a new limit: what was leased under the old
-// one is not this one's. It is left to leak or expire on Redis. A debt is
-// kept: it is usage of the bucket's key, whatever its limit now.
+// one is not this one's (it is left to leak or expire on Redis), and the
+// model is learnt anew from Redis, which keeps a bucket's count across a
+// change of limit. A debt is kept: it is usage of the bucket's key,
+// whatever its limit now.
 func (e *entry) reload(l limit.Limit) {
-	*e = entry{key: e.key, limit: l, busy: e.busy, forgot: e.forgot, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1}
+	*e = entry{key: e.key, limit: l, calls: e.calls, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1, reloaded: e.gen + 1}
+}
+
+// orphan takes units Redis granted, as l answers, to a lease of e that
+// ended (generation gen) while the call was out. After a reload of the
+// limit, the bucket on Redis is the same (its key names its algorithm
+// only): they are set aside for the next sync to give back. After a
+// reset or an ended window, the bucket they were charged to is gone:
+// they are lost, and counted so.
+func (s *Store) orphan(e *entry, l *redis.Lease, gen uint32) {
+	same := e.reloaded == e.gen && gen < e.gen && l.Limit.Algorithm == e.limit.Algorithm &&
+		(e.limit.Algorithm != limit.SlidingWindow || l.Limit.Sliding().Resolution == e.limit.Sliding().Resolution)
+	if l.Granted <= 0 {
+		return
+	}
+	if !same || (e.stale > 0 && e.staleAt != l.Now) {
+		s.lost.Add(uint64(l.Granted))
+		return
+	}
+	e.stale, e.staleAt = e.stale+l.Granted, l.Now
 }
 
 var errFull = errors.New("local-first store: the local table is full")
@@ -98,7 +123,7 @@ func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
 // most a sub-window or an interval, whichever is longer, then set aside
 // for the next sync to give back.
 func (s *Store) expire(e *entry, rnow int64) {
-	if e.lease == 0 {
+	if e.lease <= 0 {
 		return
 	}
 	switch e.limit.Algorithm {
@@ -124,37 +149,120 @@ func (s *Store) expire(e *entry, rnow int64) {
 	}
 }
 
-// report is the result a bucket reports, charged with its hits or not: its
-// lease, and Redis's state as last learnt, dripped to now, for what the
-// others hold.
-func (s *Store) report(e *entry, b limit.Bucket, rnow int64, charged bool) limit.Result {
-	global := e.global
-	if b.Limit.Algorithm == limit.SlidingWindow {
-		// Redis reports a sliding window's count, not its counts: as if
-		// all in its newest sub-window, which leaves last.
-		global = limit.State{Counter: global.Counter, Timestamp: global.Timestamp, Counts: []int64{global.Counter}}
+// grant adds units Redis granted at (its clock) to e's lease. A window's
+// units count where they were charged: units held of an earlier
+// (sub-)window are ended or set aside first (expire), and a fixed
+// window's units granted in a window before the lease's have ended.
+func (s *Store) grant(e *entry, units, at int64) {
+	if units <= 0 {
+		return
+	}
+	if e.limit.Algorithm == limit.FixedWindow && e.lease > 0 {
+		win := e.limit.Fixed().Window.Microseconds()
+		if floorDiv(at, win) < floorDiv(e.leasedAt, win) {
+			s.lost.Add(uint64(units))
+			return
+		}
+	}
+	s.expire(e, at)
+	e.lease += units
+	e.leasedAt = max(e.leasedAt, at)
+}
+
+// slack is how far a leaky bucket on Redis may count past the model and
+// this replica's unused units together, for one replica alone: the two
+// drip on their own schedules (Redis's restarts when a grant finds it
+// empty, the model's when a request does), so one can have dripped once
+// less than the other, by less than a drip. A window has none: its units
+// stay where they were charged.
+func slack(l limit.Limit) int64 {
+	if l.Algorithm == limit.LeakyBucket {
+		return max(l.Leaky().Clamped().DripSize-1, 0)
+	}
+	return 0
+}
+
+// learn raises the model to what Redis counts, less this replica's unused
+// units, when that is more by a whole drip (a leaky bucket) or a hit (a
+// window): what other replicas used. rcount is Redis's count at rnow. Less
+// is left alone: Redis lets a leased unit leak or slide from its grant,
+// not from its use, so it counts less than the model for one replica
+// alone; and a difference within the drip's slack is the two schedules',
+// not usage.
+func (e *entry) learn(rcount, rnow int64) {
+	at := time.UnixMicro(rnow)
+	more := rcount - e.held() - limit.Count(e.model, e.limit, at)
+	if more <= slack(e.limit) {
+		return
+	}
+	e.model = forced(e.model, e.limit, at, more)
+}
+
+// redisExact reports whether Redis holds the bucket as the model does, so
+// that the entry may be dropped and the bucket decided on Redis again
+// without answering otherwise than exact mode: the model counts nothing,
+// or Redis last answered with it as it is. (Units leased leak or slide on
+// Redis from their grant: until the model drains, Redis may count less.)
+func (e *entry) redisExact(rnow int64) bool {
+	if e.same || !e.known {
+		return true
 	}
 	at := time.UnixMicro(rnow)
-	own := b.Hits <= e.lease
-	if own {
-		r := limit.Decide(global, b.Limit, at, 0)
-		r.Admitted = true
-		left := e.lease // what stays, with Redis's room, if it is not charged
-		if charged {
-			left -= b.Hits
-		}
-		r.Remaining = min(max(r.Remaining+left, 0), b.Limit.Size)
-		return r
+	// A leaky bucket's model and Redis drip on their own schedules: Redis
+	// may hold a drip's slack after the model has drained. A window holds
+	// no more than the model once nothing is held.
+	drained := limit.Count(e.model, e.limit, at) == 0
+	if e.limit.Algorithm == limit.LeakyBucket {
+		drained = drained && limit.Count(e.redis, e.limit, at) == 0
 	}
-	// Not enough leased: when would Redis have room for what is lacking?
-	r := limit.Decide(global, b.Limit, at, b.Hits-e.lease)
-	r.Admitted = own
-	r.Remaining = 0
-	if b.Limit.Algorithm == limit.SlidingWindow {
-		// Its counts are not known here: when Redis said it would have room.
-		r.Reset = time.Duration(e.roomAt-rnow) * time.Microsecond
+	return drained
+}
+
+// answered notes Redis's answer for the bucket: a leaky bucket's state.
+func (e *entry) answered(r limit.State) {
+	if e.limit.Algorithm == limit.LeakyBucket {
+		e.redis = r
 	}
-	next := time.Duration(s.nextSync.Load()-(rnow-s.offset.Load())) * time.Microsecond
-	r.Reset = max(r.Reset, next, 0)
-	return r
+}
+
+// sameState reports whether Redis's answer r (a lease's: a window's count,
+// not its counts) is the model m, at rnow.
+func sameState(r, m limit.State, l limit.Limit, rnow int64) bool {
+	at := time.UnixMicro(rnow)
+	switch l.Algorithm {
+	case limit.LeakyBucket:
+		rd, md := limit.Decide(r, l, at, 0).State, limit.Decide(m, l, at, 0).State
+		return rd.Counter == md.Counter && (rd.Counter == 0 || rd.Timestamp == md.Timestamp)
+	case limit.FixedWindow:
+		return r.Counter == limit.Count(m, l, at)
+	}
+	return r.Counter == 0 && limit.Count(m, l, at) == 0
+}
+
+// held is the units Redis charged for this replica that it has not used:
+// its lease, and a sliding window's units set aside for the next sync to
+// give back.
+func (e *entry) held() int64 { return max(e.lease, 0) + e.stale }
+
+// forced is s with hits charged at now, past the limit if need be.
+func forced(s limit.State, l limit.Limit, now time.Time, hits int64) limit.State {
+	s.Counts = slices.Clone(s.Counts)
+	var r [1]limit.Result
+	limit.DecideAll([]limit.State{s}, []limit.Bucket{{Limit: l, Hits: hits, Always: true}}, now, r[:])
+	return r[0].State
+}
+
+// uncharged is s with hits taken back that were charged at now (a
+// request's charge its answer called off).
+func uncharged(s limit.State, l limit.Limit, now time.Time, hits int64) limit.State {
+	if l.Algorithm == limit.LeakyBucket {
+		return limit.Decide(s, l, now, -hits).State
+	}
+	return limit.Uncharge(s, l, now, hits)
+}
+
+// forget drops what e holds: its bucket was reset on Redis, empty now.
+func (e *entry) forget() {
+	e.lease, e.stale, e.model, e.known = 0, 0, limit.State{}, true
+	e.gen++
 }

@@ -3,6 +3,7 @@ package localfirst
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
@@ -11,10 +12,25 @@ import (
 // Name is the store's name in metrics and traces: "localfirst".
 func (s *Store) Name() string { return "localfirst" }
 
-// State returns the buckets as Redis holds them: the units leased to
-// replicas, used or not, count as charged there. It changes nothing.
+// State returns the buckets as this replica answers for them: a bucket
+// it holds a model of by its model (what exact mode would hold, as far as
+// it knows), any other as Redis holds it. It changes nothing.
 func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket, states []limit.State) (time.Time, error) {
-	return s.remote.State(ctx, now, buckets, states)
+	at, err := s.remote.State(ctx, now, buckets, states)
+	if err != nil {
+		return at, err
+	}
+	for i, b := range buckets {
+		h := maphash.String(s.seed, b.Key)
+		sh := &s.shards[h%shards]
+		sh.mu.Lock()
+		if e := sh.m[h]; e != nil && e.key == b.Key && e.known && e.limit == b.Limit {
+			states[i] = e.model
+			states[i].Counts = slices.Clone(e.model.Counts)
+		}
+		sh.mu.Unlock()
+	}
+	return at, nil
 }
 
 // Reset empties the buckets with these keys on Redis and forgets what this
@@ -35,17 +51,19 @@ func (s *Store) WatchResets(ctx context.Context, forget func(keys []string)) {
 	})
 }
 
-// forget drops the units held of the buckets keys, their dry marks and the
-// answer of a call out for them, so that their next requests ask Redis
-// anew; nil (resets may have been missed) clears every dry mark but keeps
-// the units, which Redis charged.
+// forget drops what this replica holds of the buckets keys, which were
+// reset (empty on Redis now), and the answer of a call out for them; nil
+// (resets may have been missed) has every model learnt anew from Redis,
+// keeping the units, which Redis charged.
 func (s *Store) forget(keys []string) {
 	if keys == nil {
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
 			for _, e := range sh.m {
-				e.dry = false
+				if e.lease == 0 {
+					e.known = false
+				}
 			}
 			sh.mu.Unlock()
 		}
@@ -58,9 +76,7 @@ func (s *Store) forget(keys []string) {
 		if e := sh.m[h]; e != nil && e.key == k {
 			// The units were charged to a bucket that is gone: using them
 			// would admit past the limit of the new one.
-			e.lease, e.stale, e.dry, e.global = 0, 0, false, limit.State{}
-			e.gen++
-			e.forgot = e.busy != nil
+			e.forget()
 		}
 		sh.mu.Unlock()
 	}

@@ -3,42 +3,53 @@
 // leased to it, and reconciles with Redis once per interval in batched
 // script calls, so that Redis work grows with the buckets in use per
 // interval rather than with requests. Redis holds every bucket; a replica
-// keeps only the units it was leased and what it last learnt of each.
+// keeps, per bucket in use, the units it was leased and a model.
 //
-// Leases go to buckets that profit: a bucket seen once in an interval or
-// two (the long tail of a per-user limit) gets none. Under a limit of at
-// least a hundred times the request's hits, its first sighting is admitted
-// on trust, as an empty bucket would be, and its hits are charged on Redis
-// at the next sync, in a batched call, past the limit if need be; if Redis
-// then finds the bucket past its limit, it is refused here until Redis
-// would have room. Under a smaller limit, it is decided on Redis, exactly,
-// by the same batched call as exact mode. Seen again, a bucket is decided
-// on Redis and gets units at the next sync, or, seen a third time or short
-// of its units, by a call in the background that no request waits for. A
-// request waits for at most one Redis call, and only when exact mode would
-// have waited for one too.
+// The model is the bucket as exact mode would hold it: charged by the
+// requests this replica decides, at the instants it decides them, by the
+// same pure decisions (package limit). Every answer and figure comes from
+// it, so that one replica alone answers exactly as exact mode does:
+// admitted or not, remaining, reset and clear. What a replica learns from
+// Redis (a lease's answer, a decision, a sync) is what other replicas
+// used: the model is raised by it, so that a refusal here means what
+// Redis said remains, and a request that does not fit never keeps a
+// smaller one out.
 //
-// A lease is charged on Redis like admitted hits, before the replica
-// admits anything with it, so units granted to all replicas together never
-// exceed what the limit allows. What a replica holds and does not use is
-// given back at its next sync. The mode trades exactness for Redis work in
-// two bounded ways (docs/operations.md, "Local-first mode"):
-//   - it may admit less: units one replica holds unused are refused to the
-//     others until that replica's next sync, and a replica whose bucket
-//     was found full refuses it until Redis said it would have room, or
-//     its next sync;
-//   - a leaky bucket's leased units start leaking on Redis when granted,
-//     not when used, so units held for a while let the bucket take that
-//     much more: at most what it drips while units are held, at most
-//     maxHold (eight) intervals;
-//   - a first sighting admitted on trust may find the bucket full on Redis:
-//     one request past the limit per replica, a hundredth of the limit at
-//     most, each time a replica finds the bucket anew while it is full.
+// A request the model admits is admitted here when the units held cover
+// its hits: no Redis call. When they fall short, one Redis call asks for
+// what is lacking (and more, for the requests to come), and the request
+// is admitted if Redis grants it; a check of a limit that charges always
+// asks Redis for its count, as other replicas' charges decide it. A
+// bucket seen once in two intervals (the long tail of a per-user limit)
+// gets no entry and is decided on Redis, by the call exact mode makes; its
+// second sighting is too, and the answer becomes its model. A request
+// waits for at most one Redis call, and only when exact mode would have
+// waited for one too.
 //
-// A request is all or nothing within a replica: the units of the buckets
-// it decides here are set aside while Redis decides the others, and
-// charged or given back by Redis's answer. Across replicas each bucket is
-// all or nothing per lease, not per request.
+// Units are charged on Redis like admitted hits, before the replica
+// admits anything with them, so units granted to all replicas together
+// never exceed what the limit allows, and a model's admission is bounded
+// by them. What a replica holds and does not use is given back at its
+// next sync. The mode trades exactness for Redis work only across
+// replicas, in bounded ways (docs/operations.md, "Local-first mode"):
+//   - several replicas may admit less: units one replica holds unused are
+//     refused to the others until that replica's next sync;
+//   - or more: a leaky bucket's units leak on Redis from their grant, a
+//     sliding window's leave it from the sub-window of their grant, not of
+//     their use, so Redis frees their room early: at most what the bucket
+//     drips, or the sub-windows pass, while units are held (at most
+//     maxHold intervals for a leaky bucket, a sub-window or an interval
+//     for a sliding window);
+//   - and a leaky bucket of drip_size d > 1 may count up to d - 1 past its
+//     size on Redis: the model and Redis drip on their own schedules, and
+//     one can be a drip behind the other; the units a replica lacks are
+//     asked for with that slack, so that one replica never refuses what
+//     exact mode admits.
+//
+// A request is all or nothing within a replica: the units and model
+// charges of its buckets are set aside while Redis decides the rest, and
+// kept or given back by Redis's answer. Across replicas each bucket is all
+// or nothing per lease, not per request.
 package localfirst
 
 import (
@@ -105,8 +116,6 @@ type Store struct {
 	// offset is Redis's clock less the local one, in microseconds, as the
 	// last lease call found it: leases are charged on Redis's clock.
 	offset   atomic.Int64
-	nextSync atomic.Int64 // local Unix microseconds
-	asks     asks
 	syncs    atomic.Uint64
 	failures atomic.Uint64
 	lost     atomic.Uint64 // units set aside and not given back
@@ -118,8 +127,8 @@ type Store struct {
 
 	// paying tracks the calls out that send debts, which Close waits for.
 	paying sync.WaitGroup
-	// asking tracks the calls out for more units, which Close waits for:
-	// a busy bucket's units would not be given back.
+	// asking tracks the calls out for units, which Close waits for: their
+	// units would not be given back.
 	asking sync.WaitGroup
 
 	stop chan struct{}
@@ -132,10 +141,8 @@ type shard struct {
 	m  map[uint64]*entry // by the key's hash; an entry holds its key
 	// seen holds the hashes of the buckets without an entry seen in this
 	// interval and the one before: a bucket seen again while its hash is
-	// there gets an entry, and a lease at the next sync.
+	// there gets an entry.
 	seen sightings
-	// owed is the hits admitted on trust, for the next sync to charge.
-	owed []owing
 }
 
 // New returns a store deciding locally against remote's leases and starts
@@ -162,7 +169,6 @@ func New(remote Remote, opts Options) (*Store, error) {
 		s.shards[i].m = map[uint64]*entry{}
 		s.shards[i].seen = newSightings()
 	}
-	s.nextSync.Store(time.Now().Add(opts.Interval).UnixMicro())
 	if opts.ManualSync {
 		close(s.done)
 	} else {
@@ -171,56 +177,19 @@ func New(remote Remote, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// lease runs leases on Redis and applies the answer to the entries entry(j)
-// returns, under their shards' locks; it clears their busy marks once
-// their last lease is applied (leases of one entry are next to each
-// other). held[j] (if held is not nil) is the part of lease j's Return
-// still in its entry's lease, used meanwhile or not: it leaves the lease
-// now, and what was used meanwhile is taken from the grant. It returns
-// the first error of a call.
-func (s *Store) lease(ctx context.Context, now time.Time, leases []redis.Lease, entryOf func(j int) *entry, held []int64) error {
-	start := time.Now()
-	rnow, err := s.remote.LeaseAll(ctx, now, leases)
-	if rnow > 0 {
-		// Redis decided somewhere between the call and its answer: half
-		// way, as far as can be told.
+// noteClock keeps Redis's clock less the local one, from a lease call
+// made at start for now that Redis answered at rnow: Redis decided
+// somewhere between the call and its answer, half way as far as can be
+// told. A Redis deciding at the caller's time (rnow is now exactly) has no
+// offset.
+func (s *Store) noteClock(rnow int64, now, start time.Time) {
+	switch {
+	case rnow <= 0:
+	case rnow == now.UnixMicro():
+		s.offset.Store(0)
+	default:
 		s.offset.Store(rnow - now.UnixMicro() - time.Since(start).Microseconds()/2)
 	}
-	if err != nil {
-		s.failures.Add(1)
-	}
-	for j := range leases {
-		l := leases[j]
-		sh := &s.shards[maphash.String(s.seed, l.Key)%shards]
-		sh.mu.Lock()
-		e := entryOf(j)
-		if held != nil && !e.forgot && e.limit == l.Limit && e.leasedAt == l.At {
-			// Given back, or, if the call failed, perhaps given back. (A
-			// new limit's entry never held them: entry dropped them; nor
-			// does a fixed window's lease that expire ended.)
-			e.lease -= held[j]
-		}
-		if l.Err == nil && !e.forgot {
-			// (After a reset, Redis may have granted before it, units the
-			// new bucket does not count: lost, as when a call fails.)
-			if l.Granted > 0 {
-				e.lease += l.Granted
-				e.leasedAt = l.Now
-			}
-			e.global = l.State
-			e.roomAt = l.Now + l.Wait.Microseconds()
-			if l.Ask > 0 && l.Granted < l.Ask {
-				e.dry = true
-			}
-		}
-		if j+1 == len(leases) || leases[j+1].Key != l.Key {
-			// Its last answer: a sync sends a sliding window's units set
-			// aside and its lease as two, one after the other.
-			e.busy, e.forgot = nil, false
-		}
-		sh.mu.Unlock()
-	}
-	return err
 }
 
 func (s *Store) lock(ids []uint32) {

@@ -28,6 +28,18 @@ type remote struct {
 	down    atomic.Bool
 	// hold, if set, holds calls until it is closed: a slow Redis.
 	hold chan struct{}
+	// last is the latest time a call decided at: Redis's clock never goes
+	// back, so a call held and run late decides at the time it runs.
+	last time.Time
+}
+
+// clock returns the time a call made at now decides at. Called with mu held.
+func (r *remote) clock(now time.Time) time.Time {
+	if now.Before(r.last) {
+		return r.last
+	}
+	r.last = now
+	return now
 }
 
 func newRemote() *remote { return &remote{states: map[string]limit.State{}} }
@@ -48,6 +60,7 @@ func (r *remote) Apply(ctx context.Context, now time.Time, buckets []limit.Bucke
 	r.applies.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now = r.clock(now)
 	states := make([]limit.State, len(buckets))
 	for i, b := range buckets {
 		states[i] = r.states[b.Key]
@@ -74,13 +87,14 @@ func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease
 	r.leases.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now = r.clock(now)
 	for i := range leases {
 		l := &leases[i]
 		st := r.states[l.Key]
 		st.Counts = slices.Clone(st.Counts)
 		g, res := limit.Lease(st, l.Limit, now, l.Return, time.UnixMicro(l.At), l.Ask)
 		r.states[l.Key] = res.State
-		l.Granted, l.State = g, res.State
+		l.Granted, l.State = g, asRedisAnswers(res.State, l.Limit, now)
 		peek := res.State
 		peek.Counts = slices.Clone(peek.Counts) // Decide charges them if it admits
 		if one := limit.Decide(peek, l.Limit, now, 1); !one.Admitted {
@@ -91,6 +105,21 @@ func (r *remote) LeaseAll(_ context.Context, now time.Time, leases []redis.Lease
 		leases[i].Now = now.UnixMicro()
 	}
 	return now.UnixMicro(), nil
+}
+
+// asRedisAnswers is a bucket's state as Redis's lease answer holds it: a
+// window's count at now and the start of its current (sub-)window, with
+// no counts.
+func asRedisAnswers(st limit.State, l limit.Limit, now time.Time) limit.State {
+	switch l.Algorithm {
+	case limit.SlidingWindow:
+		res := l.Sliding().Resolution.Microseconds()
+		return limit.State{Counter: limit.Count(st, l, now), Timestamp: floorDiv(now.UnixMicro(), res) * res}
+	case limit.FixedWindow:
+		win := l.Fixed().Window.Microseconds()
+		return limit.State{Counter: limit.Count(st, l, now), Timestamp: floorDiv(now.UnixMicro(), win) * win}
+	}
+	return st
 }
 
 // state returns bucket key's state, as Redis holds it.
@@ -150,8 +179,8 @@ func apply(t *testing.T, s *Store, now time.Time, bs ...limit.Bucket) ([]limit.R
 
 var tenPerSecond = limit.Limit{Size: 10, DripRate: 100 * time.Millisecond, DripSize: 1}
 
-// warm has s lease units of bucket b at a sync, as for a bucket seen in
-// the interval with b.Hits of demand, without charging b on Redis.
+// warm has s hold a model and lease units of bucket b, as for a bucket
+// seen in the interval with b.Hits of demand, without charging b on Redis.
 func warm(t *testing.T, s *Store, now time.Time, b limit.Bucket) {
 	t.Helper()
 	h := maphash.String(s.seed, b.Key)
@@ -160,6 +189,7 @@ func warm(t *testing.T, s *Store, now time.Time, b limit.Bucket) {
 	e, err := s.entry(sh, h, b)
 	if err == nil {
 		e.demand += b.Hits
+		e.known = true
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -171,25 +201,22 @@ func warm(t *testing.T, s *Store, now time.Time, b limit.Bucket) {
 	}
 }
 
-// settle waits until no call for more units is out.
-func settle(s *Store) {
-	for {
-		s.asks.mu.Lock()
-		running := s.asks.running
-		s.asks.mu.Unlock()
-		if !running {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// settle waits until no call for units or debts is out.
+func settle(s *Store) { s.asking.Wait(); s.paying.Wait() }
 
 func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
 	now := time.Now()
 	admitted := 0
-	for range 25 {
+	for range 10 {
+		if _, ok := apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}); ok {
+			admitted++
+		}
+	}
+	// Refused on the model, as it knows the bucket full: no Redis call.
+	calls := r.leases.Load() + r.applies.Load()
+	for range 15 {
 		if _, ok := apply(t, s, now, limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}); ok {
 			admitted++
 		}
@@ -197,12 +224,12 @@ func TestAdmitsWhatTheLimitAllows(t *testing.T) {
 	if admitted != 10 {
 		t.Fatalf("admitted %d of 25 at one instant, want the bucket's 10", admitted)
 	}
-	// The bucket was found full: no more asking until the next sync.
-	settle(s)
-	calls := r.leases.Load()
-	apply(t, s, now.Add(time.Second), limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1})
-	if r.leases.Load() != calls {
-		t.Fatal("asked Redis again before the next sync, after it had no room")
+	if n := r.leases.Load() + r.applies.Load() - calls; n != 0 {
+		t.Fatalf("%d Redis calls for requests the model refuses, want none", n)
+	}
+	// A second on, the bucket has leaked them all.
+	if _, ok := apply(t, s, now.Add(time.Second), limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 10}); !ok {
+		t.Fatal("10 refused a second later, on a bucket of 10 a second")
 	}
 }
 
@@ -371,16 +398,17 @@ func TestFixedWindowLeaseEndsWithItsWindow(t *testing.T) {
 	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Second}
 	t0 := time.UnixMicro(1_800_000_000_500_000) // half way through a window
 	warm(t, s, t0, limit.Bucket{Key: "w", Limit: l, Hits: 1})
-	// In the next window, the units of the last are no use: decided on
-	// Redis, while more are asked for.
-	applies := r.applies.Load()
-	apply(t, s, t0.Add(time.Second), limit.Bucket{Key: "w", Limit: l, Hits: 1})
-	if r.applies.Load() == applies {
+	// In the next window, the units of the last are no use: Redis is asked
+	// for new ones.
+	leases := r.leases.Load()
+	if _, ok := apply(t, s, t0.Add(time.Second), limit.Bucket{Key: "w", Limit: l, Hits: 1}); !ok {
+		t.Fatal("refused in a new window")
+	}
+	if r.leases.Load() != leases+1 {
 		t.Fatal("used a lease of a window that had ended")
 	}
-	settle(s)
-	if r.leases.Load() != 2 {
-		t.Fatalf("%d lease calls, want the sync's and one for more units", r.leases.Load())
+	if got := r.state("w"); got.Timestamp != t0.Add(time.Second).Truncate(time.Second).UnixMicro() || got.Counter < 1 {
+		t.Fatalf("Redis holds %+v: the request is not counted in its window", got)
 	}
 }
 
@@ -404,41 +432,6 @@ func (r *slowRemote) LeaseAll(ctx context.Context, now time.Time, leases []redis
 	r.calls.Add(1)
 	<-r.release
 	return r.remote.LeaseAll(ctx, now, leases)
-}
-
-// TestNoRequestWaitsForALeaseCall sends, while a sync's lease call for
-// bucket a is out (held), requests for a and b together: each is decided
-// at once, on Redis if it must.
-func TestNoRequestWaitsForALeaseCall(t *testing.T) {
-	r := &gatedRemote{remote: newRemote()}
-	s := newStore(t, r, time.Hour)
-	now := time.Now()
-	a := limit.Bucket{Key: "a", Limit: tenPerSecond, Hits: 1}
-	apply(t, s, now, a)
-	apply(t, s, now, a)
-	release := holdSync(r, s, now)
-	defer release()
-	done := make(chan error, 20)
-	for range 10 {
-		go func() {
-			res := make([]limit.Result, 2)
-			done <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "a", Limit: tenPerSecond, Hits: 0}, {Key: "b", Limit: tenPerSecond, Hits: 1}}, res)
-		}()
-		go func() {
-			res := make([]limit.Result, 2)
-			done <- s.Apply(context.Background(), now, []limit.Bucket{{Key: "b", Limit: tenPerSecond, Hits: 0}, {Key: "a", Limit: tenPerSecond, Hits: 1}}, res)
-		}()
-	}
-	for range 20 {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("a request waited for a lease call")
-		}
-	}
 }
 
 // TestConcurrentNeverAdmitsPastTheLimit runs random requests of one to
@@ -711,17 +704,16 @@ func TestRedisDownIsAnErrorForEveryRequest(t *testing.T) {
 }
 
 // TestBurstOnALeasedBucket sends 20 requests at once for a bucket of 100
-// that holds 2 units: those the units do not cover are decided on Redis,
-// which has room: all are admitted, as exactly.
+// that holds 2 units: those the units do not cover ask Redis, which has
+// room: all are admitted, as exactly, and Redis counts them once
+// everything is given back.
 func TestBurstOnALeasedBucket(t *testing.T) {
-	r := &gatedRemote{remote: newRemote()}
+	r := newRemote()
 	s := newStore(t, r, time.Hour)
 	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: 1000 * time.Hour}
 	now := time.UnixMicro(1_800_000_000_000_000).Add(time.Hour) // within a window
 	b := []limit.Bucket{{Key: "a", Limit: l, Hits: 1}}
 	warm(t, s, now, b[0])
-	g := make(chan struct{})
-	r.gate.Store(&g) // calls for more units are held
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 20 {
@@ -736,8 +728,6 @@ func TestBurstOnALeasedBucket(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	r.gate.Store(nil)
-	close(g)
 	settle(s)
 	if n := admitted.Load(); n != 20 {
 		t.Fatalf("admitted %d of 20 requests on a bucket of 100", n)
@@ -765,35 +755,6 @@ func TestRefundMakesNoMoreRoomThanExactly(t *testing.T) {
 	}
 	if admitted != 10 {
 		t.Fatalf("admitted %d after a refund of 100 on an empty bucket of 10, want 10", admitted)
-	}
-}
-
-// TestBusyUntilTheLastAnswer answers a call with two leases of one entry,
-// as a sync sends for a sliding window with units set aside: the entry
-// must stay busy until both are applied, or a request in between could
-// expire units the second answer still takes from the lease, and give
-// them back twice.
-func TestBusyUntilTheLastAnswer(t *testing.T) {
-	r := newRemote()
-	s := newStore(t, r, time.Hour)
-	l := limit.Limit{Algorithm: limit.SlidingWindow, Size: 100, Window: 10 * time.Hour, Resolution: time.Hour}
-	t0 := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour)
-	busy := make(chan struct{})
-	e := &entry{limit: l, lease: 5, leasedAt: t0.Add(time.Hour).UnixMicro(), busy: busy}
-	leases := []redis.Lease{
-		{Key: "w", Limit: l, Return: 3, At: t0.UnixMicro()},
-		{Key: "w", Limit: l, Return: 5, At: e.leasedAt, Ask: 2},
-	}
-	var seen []bool
-	s.lease(context.Background(), t0.Add(2*time.Hour), leases, func(j int) *entry {
-		seen = append(seen, e.busy != nil)
-		return e
-	}, []int64{0, 5})
-	if !slices.Equal(seen, []bool{true, true}) {
-		t.Fatalf("busy when each answer was applied: %v, want busy until the last", seen)
-	}
-	if e.busy != nil || e.lease != 2 {
-		t.Fatalf("after the answers: busy %v, lease %d; want not busy, the 2 granted", e.busy != nil, e.lease)
 	}
 }
 
@@ -837,68 +798,6 @@ func TestFixedWindowLeaseEndsWithItsWindowDuringACall(t *testing.T) {
 	}
 }
 
-// TestFixedWindowLeaseOfTheNextWindowIsKept has a request made just before
-// a window's end ask for units by a call Redis answers just after, in the
-// next window: they are that window's units, charged there, and must not
-// be thrown away as if their window had ended.
-func TestFixedWindowLeaseOfTheNextWindowIsKept(t *testing.T) {
-	r := &gatedRemote{remote: newRemote()}
-	s := newStore(t, r, time.Hour)
-	l := limit.Limit{Algorithm: limit.FixedWindow, Size: 100, Window: time.Hour}
-	end := time.UnixMicro(1_800_000_000_000_000).Truncate(time.Hour).Add(time.Hour)
-	before, after := end.Add(-time.Millisecond), end.Add(time.Millisecond)
-	call := func(key string, now time.Time) {
-		res := make([]limit.Result, 1)
-		if err := s.Apply(context.Background(), now, []limit.Bucket{{Key: key, Limit: l, Hits: 1}}, res); err != nil {
-			t.Error(err)
-		}
-		if !res[0].Admitted {
-			t.Errorf("request for %s rejected", key)
-		}
-	}
-	queued := func(n int) {
-		for {
-			s.asks.mu.Lock()
-			k := len(s.asks.queue)
-			s.asks.mu.Unlock()
-			if k == n {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	for _, k := range []string{"other", "k", "k2"} {
-		warm(t, s, before, limit.Bucket{Key: k, Limit: l, Hits: 1})
-	}
-	for _, k := range []string{"other", "k", "k2"} {
-		for leaseOf(s, k) > 0 {
-			call(k, before)
-		}
-	}
-	// A call for another bucket is out: the next asks queue behind it, and
-	// go in one call, at the time of the last, after the window's end.
-	g := make(chan struct{})
-	r.gate.Store(&g)
-	call("other", before)
-	for r.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	call("k", before)
-	queued(1)
-	call("k2", after)
-	queued(2)
-	r.gate.Store(nil)
-	close(g)
-	settle(s)
-	if leaseOf(s, "k") == 0 {
-		t.Fatal("k holds nothing after its call for more units")
-	}
-	s.sync(context.Background(), after, true) // gives everything back
-	if st := r.state("k"); st.Timestamp == end.UnixMicro() && st.Counter != 0 {
-		t.Fatalf("Redis counts %d for bucket k in the window after, where it admitted none, once everything is given back: units were thrown away", st.Counter)
-	}
-}
-
 // answeredRemote holds the answer of its next lease call once armed, once
 // Redis has run it, until release is closed.
 type answeredRemote struct {
@@ -933,12 +832,18 @@ func TestResetDuringACall(t *testing.T) {
 	apply(t, s, now, b)
 	apply(t, s, now, b)
 	r.armed.Store(true)
-	apply(t, s, now, b) // decided on Redis; asks for more
+	asked := make(chan error, 1)
+	go func() { // short of units: asks Redis, which runs the call and holds its answer
+		asked <- s.Apply(context.Background(), now, []limit.Bucket{b}, make([]limit.Result, 1))
+	}()
 	<-r.ran
 	if err := s.Reset(context.Background(), []string{"k"}); err != nil {
 		t.Fatal(err)
 	}
 	close(r.release)
+	if err := <-asked; err != nil {
+		t.Fatal(err)
+	}
 	settle(s)
 	admitted := 0
 	for range 30 {

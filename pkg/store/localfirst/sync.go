@@ -2,6 +2,7 @@ package localfirst
 
 import (
 	"context"
+	"hash/maphash"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
@@ -18,7 +19,6 @@ func (s *Store) loop() {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.nextSync.Store(time.Now().Add(s.interval).UnixMicro())
 			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 			s.sync(ctx, time.Now(), false)
 			cancel()
@@ -30,7 +30,6 @@ func (s *Store) loop() {
 // does once per interval, and returns the buckets synced: for a store made
 // with ManualSync.
 func (s *Store) Sync(ctx context.Context, now time.Time) int {
-	s.nextSync.Store(now.Add(s.interval).UnixMicro())
 	return s.sync(ctx, now, false)
 }
 
@@ -38,88 +37,100 @@ func (s *Store) Sync(ctx context.Context, now time.Time) int {
 // what a bucket holds beyond twice its last interval's demand goes back,
 // what it lacks of that is asked for; a bucket without demand for
 // idleHold intervals gives everything back and is dropped. With all,
-// every bucket gives everything back (Close). It returns the buckets
-// synced.
+// every bucket gives everything back (Close). What Redis answers of each
+// bucket raises its model by what other replicas used. It returns the
+// buckets synced.
 func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	s.payDebts(ctx, now)
 	rnow := now.UnixMicro() + s.offset.Load()
 	var leases []redis.Lease
 	var entries []*entry
-	var held []int64
-	busy := make(chan struct{})
+	var gens []uint32
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.rotate()
 		for h, e := range sh.m {
 			key := e.key
-			if e.busy != nil {
+			if e.calls > 0 {
 				continue // its own call is out; it syncs next time
 			}
 			s.expire(e, rnow)
 			e.prev, e.demand = e.demand, 0
-			full := e.full(rnow)
-			e.dry = full // refused until Redis would have room: no asking meanwhile
 			if e.prev > 0 {
 				e.idle = 0
 			} else if e.idle < idleHold {
 				e.idle++
 			}
 			l := s.plan(key, e, rnow, all)
-			if full {
-				l.Ask = 0
-			}
 			if e.stale > 0 {
 				// Set aside by expire, granted at another time: given back
 				// first, in the same call.
 				leases = append(leases, redis.Lease{Key: key, Limit: e.limit, Return: e.stale, At: e.staleAt})
-				entries = append(entries, e)
-				held = append(held, 0)
+				entries, gens = append(entries, e), append(gens, e.gen)
 				e.stale = 0
-				e.busy = busy
+				e.calls++
 			}
 			if l.Return == 0 && l.Ask == 0 {
-				if e.lease == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold && !full {
+				if e.held() == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold && e.calls == 0 && e.redisExact(rnow) {
 					delete(sh.m, h)
 					s.bytes.Add(-cost(key))
 				}
 				continue
 			}
-			h := max(l.Return, 0)
-			if l.Ask == 0 {
-				// No grant to take what is used meanwhile from: what goes
-				// back leaves the lease now, or it would be used and taken
-				// by another replica too.
-				e.lease -= h
-				h = 0
-			}
-			e.busy = busy
+			// What goes back leaves the lease now: used meanwhile, it
+			// would be taken by another replica too.
+			e.lease -= max(l.Return, 0)
+			e.calls++
 			leases = append(leases, l)
-			entries = append(entries, e)
-			held = append(held, h)
+			entries, gens = append(entries, e), append(gens, e.gen)
 		}
 		sh.mu.Unlock()
 	}
 	if len(leases) == 0 {
 		return 0
 	}
-	if err := s.lease(ctx, now, leases, func(j int) *entry { return entries[j] }, held); err != nil {
+	start := time.Now()
+	rnowAnswer, err := s.remote.LeaseAll(ctx, now, leases)
+	s.noteClock(rnowAnswer, now, start)
+	if err != nil {
+		s.failures.Add(1)
 		s.warnSyncFailed(len(leases), err)
 	} else {
 		s.failedSyncs.Store(0)
 	}
-	close(busy)
+	for j := range leases {
+		l, e := &leases[j], entries[j]
+		sh := &s.shards[hashShard(s, l.Key)]
+		sh.mu.Lock()
+		last := j+1 == len(leases) || entries[j+1] != e
+		if last {
+			e.calls--
+		}
+		switch {
+		case l.Err != nil:
+		case e.gen != gens[j] || e.limit != l.Limit:
+			s.orphan(e, l, gens[j])
+		default:
+			s.grant(e, l.Granted, l.Now)
+			e.answered(l.State)
+			if last && e.calls == 0 && e.known {
+				e.learn(redisCount(l.State, l.Limit, l.Now, true), l.Now)
+				e.same = e.held() == 0 && sameState(l.State, e.model, e.limit, l.Now)
+			}
+		}
+		sh.mu.Unlock()
+	}
 	s.syncs.Add(1)
 	return len(leases)
 }
 
 // plan returns what the sync gives back of e and asks for it (nothing of
-// either: no call); with all, everything goes back. What goes back with an
-// ask stays usable until the answer, which takes what was used meanwhile
-// from the grant (lease's held).
+// either: no call); with all, everything goes back. A bucket without a
+// model yet asks for nothing: its next request learns it.
 func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
 	target := s.target(e)
-	if all {
+	if all || !e.known {
 		target = 0
 	}
 	l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
@@ -128,7 +139,7 @@ func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
 		if e.prev > 0 || target == 0 {
 			// A window's lease is of one (sub-)window: all of it goes
 			// back, and what is wanted comes anew.
-			l.Return, l.Ask = e.lease, target
+			l.Return, l.Ask = max(e.lease, 0), target
 		}
 	case e.lease > 0 && e.prev > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
 		// Held long, and in use: it has been leaking on Redis all this
@@ -138,7 +149,7 @@ func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
 	case e.lease > 2*target:
 		l.Return = e.lease - target
 	case e.lease < (target+1)/2:
-		l.Ask = target - e.lease
+		l.Ask = target - max(e.lease, 0)
 	}
 	return l
 }
@@ -189,7 +200,7 @@ func (s *Store) target(e *entry) int64 {
 	}
 	t := 2 * e.prev
 	if e.limit.Algorithm == limit.LeakyBucket {
-		t = max(t, (e.limit.Size-e.global.Counter)/headroom)
+		t = max(t, (e.limit.Size-e.model.Counter)/headroom)
 	}
 	return t
 }
@@ -232,3 +243,5 @@ func (s *Store) Bytes() int64 { return s.bytes.Load() }
 
 // Stats are a store's syncs so far and its lease calls that failed.
 func (s *Store) Stats() (syncs, failures uint64) { return s.syncs.Load(), s.failures.Load() }
+
+func hashShard(s *Store, key string) uint64 { return maphash.String(s.seed, key) % shards }
