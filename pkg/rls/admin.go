@@ -13,9 +13,19 @@ import (
 // serveExplain answers POST /explain: the request as for POST /json, its
 // explanation as JSON (Explanation), charging nothing.
 func (s *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
-	req, ok := readRequest(w, r)
+	body, ok := readBody(w, r)
 	if !ok {
 		return
+	}
+	req, isBucket, err := s.asBucketRequest(body)
+	switch {
+	case err != nil:
+		s.writeError(w, err)
+		return
+	case !isBucket:
+		if req, ok = parseRequest(w, body); !ok {
+			return
+		}
 	}
 	e, err := s.Explain(r.Context(), req)
 	if err != nil {
@@ -31,8 +41,12 @@ func (s *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
 func (s *Service) serveBuckets(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	domain, written := q.Get("domain"), q["descriptor"]
+	if b := q.Get("bucket"); b != "" && r.Method == http.MethodGet {
+		s.serveBucketQuotas(w, r, domain, b)
+		return
+	}
 	if len(written) == 0 {
-		writeJSONError(w, http.StatusBadRequest, "no descriptor: want ?domain=D&descriptor=key=value[,key=value...]")
+		writeJSONError(w, http.StatusBadRequest, "no descriptor: want ?domain=D&descriptor=key=value[,key=value...], or ?domain=D&bucket=key=value[,key=value...] for an RLQS bucket")
 		return
 	}
 	descs := make([][]descriptors.Entry, 0, len(written))
@@ -53,6 +67,22 @@ func (s *Service) serveBuckets(w http.ResponseWriter, r *http.Request) {
 	} else {
 		answer, err = s.Buckets(r.Context(), domain, descs)
 	}
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	s.writeJSON(w, answer)
+}
+
+// serveBucketQuotas answers GET /buckets?domain=D&bucket=k=v,...: an RLQS
+// bucket's levels and subscribers.
+func (s *Service) serveBucketQuotas(w http.ResponseWriter, r *http.Request, domain, written string) {
+	bucket, err := parseBucket(written)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	answer, err := s.BucketSubscribers(r.Context(), domain, bucket)
 	if err != nil {
 		s.writeError(w, err)
 		return

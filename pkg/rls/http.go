@@ -160,6 +160,16 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request) {
 // readRequest reads a RateLimitRequest in protojson from the body of r,
 // of at most MaxJSONBody bytes, or answers why it cannot.
 func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, bool) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	return parseRequest(w, body)
+}
+
+// readBody reads a request's body, at most MaxJSONBody bytes, answering
+// the error if it cannot.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -170,6 +180,12 @@ func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitReques
 		writeJSONError(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return nil, false
 	}
+	return body, true
+}
+
+// parseRequest reads a RateLimitRequest in JSON, answering the error if
+// it cannot.
+func parseRequest(w http.ResponseWriter, body []byte) (*rlsv3.RateLimitRequest, bool) {
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		writeJSONError(w, http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())

@@ -132,6 +132,20 @@ type Options struct {
 	DynamicMetadata bool
 	// ReferenceHeaders names EnvoyproxyHeaders' headers.
 	ReferenceHeaders ReferenceHeaderNames
+	// Charges, if set, is told the buckets and results of every request
+	// the store decided (what RLQS divides a limit by: the RLS calls'
+	// part of it).
+	Charges Charges
+	// Quotas, if set, is what GET /buckets shows of the Rate Limit Quota
+	// Service's streams.
+	Quotas Quotas
+}
+
+// Charges is told what each request the store decided charged. Charged is
+// called on the request path: it must be quick and safe for concurrent
+// use.
+type Charges interface {
+	Charged(buckets []limit.Bucket, results []limit.Result)
 }
 
 // Service is the envoy.service.ratelimit.v3.RateLimitService. It is safe
@@ -159,6 +173,8 @@ type Service struct {
 	refHeaders      ReferenceHeaderNames
 	tracing         *Tracing     // nil: off
 	tracer          trace.Tracer // nil: off
+	charges         Charges      // nil: none
+	quotas          Quotas       // nil: none
 	errLog          throttle
 	work            sync.Pool
 }
@@ -189,6 +205,7 @@ func New(opts Options) (*Service, error) {
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
 		caps:      newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
 		quotaMode: opts.QuotaMode, dynamicMetadata: opts.DynamicMetadata, refHeaders: opts.ReferenceHeaders.withDefaults(),
+		charges: opts.Charges, quotas: opts.Quotas,
 	}
 	if t := opts.Tracing; t != nil {
 		if t.Provider == nil || t.Propagator == nil {

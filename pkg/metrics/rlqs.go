@@ -1,0 +1,76 @@
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
+)
+
+// quotaMetrics count the Rate Limit Quota Service's streams, reports and
+// assignments. It implements rlqs.Observer.
+type quotaMetrics struct {
+	streams     prometheus.Gauge
+	buckets     prometheus.Gauge
+	reports     prometheus.Counter
+	reported    prometheus.Counter
+	assignments *prometheus.CounterVec
+	abandons    prometheus.Counter
+	failures    prometheus.Counter
+}
+
+// RLQS returns the Rate Limit Quota Service's metrics, registered with the
+// others: streams open, buckets subscribed, reports, assignments sent by
+// kind (and whether a share moved), abandons and failures.
+func (m *Metrics) RLQS() rlqs.Observer {
+	q := &quotaMetrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_rls_rlqs_streams",
+			Help: "RLQS streams open: one per Envoy (per rate_limit_quota filter) on this replica."}),
+		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_rls_rlqs_buckets",
+			Help: "RLQS buckets the open streams report (each stream's buckets counted once per stream)."}),
+		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_reports_total",
+			Help: "RLQS usage reports received."}),
+		reported: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_reported_buckets_total",
+			Help: "Buckets in the RLQS usage reports received."}),
+		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "envoy_rls_rlqs_assignments_total",
+			Help: "RLQS assignments sent, by kind (token_bucket, allow_all, deny_all) and whether the bucket's assignment changed (a share that moved, or a first one): an unchanged one renews its TTL only."},
+			[]string{"kind", "changed"}),
+		abandons: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_abandons_total",
+			Help: "RLQS buckets abandoned: no Envoy reported a request of them for -rlqs-abandon-after."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_failures_total",
+			Help: "RLQS reports the store or the registry could not serve, answered by the failure mode."}),
+	}
+	m.registry.MustRegister(q.streams, q.buckets, q.reports, q.reported, q.assignments, q.abandons, q.failures)
+	for _, kind := range []string{"token_bucket", "allow_all", "deny_all"} {
+		for _, changed := range []bool{true, false} {
+			q.assignments.WithLabelValues(kind, strconv.FormatBool(changed))
+		}
+	}
+	return q
+}
+
+func (q *quotaMetrics) StreamOpened() { q.streams.Inc() }
+
+func (q *quotaMetrics) StreamClosed(buckets int) {
+	q.streams.Dec()
+	q.buckets.Sub(float64(buckets))
+}
+
+func (q *quotaMetrics) Subscribed() { q.buckets.Inc() }
+
+func (q *quotaMetrics) Report(buckets int) {
+	q.reports.Inc()
+	q.reported.Add(float64(buckets))
+}
+
+func (q *quotaMetrics) Assigned(kind string, changed bool) {
+	if kind == "abandon" {
+		q.abandons.Inc()
+		q.buckets.Dec()
+		return
+	}
+	q.assignments.WithLabelValues(kind, strconv.FormatBool(changed)).Inc()
+}
+
+func (q *quotaMetrics) Failed() { q.failures.Inc() }

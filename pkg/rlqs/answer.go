@@ -1,0 +1,330 @@
+package rlqs
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// idleShare is the part of an equal share a subscriber that reports no
+// request still gets: enough to let its next requests through until its
+// next report raises it, little enough to leave the rest to the busy.
+const idleShare = 1.0 / 20
+
+// level is one level's division at a report: its limit's rate and room,
+// and the stream's part of it.
+type level struct {
+	rate float64 // requests per second
+	room int64   // what the limit had room for after the report's charges
+	mine float64 // the stream's share, all its buckets there together
+}
+
+// answer charges the report's usage, divides the limits of its buckets
+// anew and returns each bucket's assignment.
+func (st *stream) answer(ctx context.Context, batch []*sub, now time.Time) *rlqsv3.RateLimitQuotaResponse {
+	svc := st.svc
+	ctx, cancel := context.WithTimeout(ctx, svc.opts.StoreTimeout)
+	defer cancel()
+	levels, ok := st.chargeAndRoom(ctx, batch, now)
+	var view map[string][]Entry
+	if ok {
+		var err error
+		view, err = svc.opts.Registry.Publish(ctx, now, st.entryTTL(), st.entries(levels, now))
+		ok = err == nil
+		if err != nil {
+			svc.log.Warn("rlqs: the registry failed; the failure mode answers", "err", err)
+		}
+	}
+	if !ok {
+		svc.obs.Failed()
+		switch svc.opts.FailureMode {
+		case FailQuiet:
+			return &rlqsv3.RateLimitQuotaResponse{}
+		case FailAllow, FailDeny:
+			return st.blanket(batch, svc.opts.FailureMode)
+		}
+		local, _ := svc.opts.LocalRegistry.Publish(ctx, now, st.entryTTL(), st.entries(levels, now))
+		view = local
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.divide(levels, view)
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	for _, b := range batch {
+		if st.subs[b.key] != b {
+			continue // abandoned meanwhile
+		}
+		if st.abandoned(b, view, now) {
+			resp.BucketAction = append(resp.BucketAction, abandonAction(b.id))
+			svc.obs.Assigned("abandon", true)
+			continue
+		}
+		a := st.assign(b, levels, now)
+		changed := !a.SameBucket(b.sent) || b.sentAt.IsZero()
+		if changed {
+			b.sentAt = now
+		}
+		b.sent = a
+		svc.obs.Assigned(a.Kind.String(), changed)
+		resp.BucketAction = append(resp.BucketAction, assignmentAction(b.id, a))
+	}
+	return resp
+}
+
+// chargeAndRoom charges, in one store call, what the stream's Envoy
+// allowed on every level of the report's buckets (and what a failed call
+// left owed), and reads the room each level has then. It reports false if
+// the store failed: the charges are owed again, for the next report.
+func (st *stream) chargeAndRoom(ctx context.Context, batch []*sub, now time.Time) (map[string]*level, bool) {
+	st.mu.Lock()
+	levels := map[string]*level{}
+	var calls []limit.Bucket
+	for _, b := range batch {
+		for _, l := range b.levels {
+			if _, ok := levels[l.Key]; ok {
+				continue
+			}
+			levels[l.Key] = &level{rate: perSecond(l.Rule.Limit)}
+			c, owed := st.owed[l.Key]
+			if !owed {
+				c = limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Always: true} // a peek: its room
+			}
+			delete(st.owed, l.Key)
+			calls = append(calls, c)
+		}
+	}
+	for k, c := range st.owed { // levels of buckets not in this report
+		calls = append(calls, c)
+		delete(st.owed, k)
+	}
+	st.mu.Unlock()
+	if len(calls) == 0 {
+		return levels, true
+	}
+	results := make([]limit.Result, len(calls))
+	if err := st.svc.opts.Store.Apply(ctx, now, calls, results); err != nil {
+		st.svc.log.Warn("rlqs: charging reported usage failed; it is charged with the next report", "err", err)
+		st.mu.Lock()
+		for _, c := range calls {
+			if c.Hits > 0 {
+				o := st.owed[c.Key]
+				c.Hits = min(c.Hits+o.Hits, maxReported)
+				st.owed[c.Key] = c
+			}
+		}
+		st.mu.Unlock()
+		return levels, false
+	}
+	for i, c := range calls {
+		if lv := levels[c.Key]; lv != nil {
+			lv.room = results[i].Remaining
+		}
+	}
+	return levels, true
+}
+
+// entries are what the stream publishes for levels: on each, its demand
+// (every bucket of it there, capped by their shares below) and when it
+// last saw a request; and this replica's RLS calls there.
+func (st *stream) entries(levels map[string]*level, now time.Time) []Entry {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	demand := make(map[string]float64, len(levels))
+	active := make(map[string]int64, len(levels))
+	for _, b := range st.subs {
+		for i, l := range b.levels {
+			if _, ok := levels[l.Key]; !ok {
+				continue
+			}
+			demand[l.Key] += b.cappedDemand(i)
+			active[l.Key] = max(active[l.Key], b.active.UnixMicro())
+		}
+	}
+	out := make([]Entry, 0, 2*len(levels))
+	for key := range levels {
+		out = append(out, Entry{Level: key, Instance: st.instance, Demand: demand[key], Active: active[key]})
+		if u := st.svc.opts.Usage; u != nil {
+			if rate, last := u.rate(key, now); rate > 0 || !last.IsZero() {
+				out = append(out, Entry{Level: key, Instance: "rls@" + st.svc.replica, Demand: rate, Active: last.UnixMicro()})
+			}
+		}
+	}
+	return out
+}
+
+// divide divides each level among its subscribers, on every replica, and
+// the stream's part among its buckets there. Called with st.mu held.
+func (st *stream) divide(levels map[string]*level, view map[string][]Entry) {
+	for key, lv := range levels {
+		es := slices.Clone(view[key])
+		slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Instance, b.Instance) })
+		demands := make([]float64, len(es))
+		floor := lv.rate * idleShare / float64(max(len(es), 1))
+		for i, e := range es {
+			demands[i] = math.Max(e.Demand, floor)
+		}
+		shares := make([]float64, len(es))
+		Divide(lv.rate, demands, shares)
+		lv.mine = 0
+		for i, e := range es {
+			if e.Instance == st.instance {
+				lv.mine = shares[i]
+			}
+		}
+	}
+	// The stream's part of each level, among its buckets there.
+	type part struct {
+		b *sub
+		i int // the level's index in b.levels
+	}
+	parts := map[string][]part{}
+	for _, b := range st.subs {
+		for i, l := range b.levels {
+			if _, ok := levels[l.Key]; ok {
+				parts[l.Key] = append(parts[l.Key], part{b, i})
+			}
+		}
+	}
+	for key, ps := range parts {
+		mine := levels[key].mine
+		demands := make([]float64, len(ps))
+		for j, p := range ps {
+			demands[j] = p.b.cappedDemand(p.i)
+		}
+		shares := make([]float64, len(ps))
+		Divide(mine, demands, shares)
+		left := mine
+		for _, s := range shares {
+			left -= s
+		}
+		for j, p := range ps {
+			// What the demands leave (their floor raised the stream's part)
+			// goes to the buckets evenly.
+			p.b.share[p.i] = shares[j] + math.Max(left, 0)/float64(len(ps))
+		}
+	}
+}
+
+// assign returns b's assignment: a token bucket of its smallest share
+// over the levels that limit it, its burst out of their room; a blanket
+// rule when none does. Called with st.mu held.
+func (st *stream) assign(b *sub, levels map[string]*level, now time.Time) Assignment {
+	ttl := st.ttl()
+	limited := false
+	share, burst, slowest := math.Inf(1), int64(math.MaxInt64), math.Inf(1)
+	for i, l := range b.levels {
+		lv := levels[l.Key]
+		if l.Rule.Shadow || lv == nil {
+			continue
+		}
+		limited = true
+		share = math.Min(share, b.share[i])
+		slowest = math.Min(slowest, lv.rate)
+		parts := make([]int64, 1)
+		Split(lv.room, lv.rate, b.share[i:i+1], parts)
+		burst = min(burst, parts[0])
+	}
+	switch {
+	case b.unlimited || (!limited && len(b.levels) > 0):
+		return Assignment{Kind: AllowAll, TTL: ttl}
+	case !limited:
+		return Assignment{Kind: st.svc.opts.Unmatched, TTL: ttl}
+	}
+	fill := FillInterval(slowest)
+	prev := b.sent
+	a := Next(prev, share, burst, fill)
+	a.TTL = ttl
+	return a
+}
+
+// abandoned reports whether no Envoy has reported a request of b for
+// AbandonAfter (on this replica, or any, as the registry tells), and
+// drops it from the stream if so. Called with st.mu held.
+func (st *stream) abandoned(b *sub, view map[string][]Entry, now time.Time) bool {
+	last := b.active
+	if n := len(b.levels); n > 0 {
+		for _, e := range view[b.levels[n-1].Key] {
+			if t := time.UnixMicro(e.Active); e.Active > 0 && t.After(last) {
+				last = t
+			}
+		}
+	}
+	if now.Sub(last) < st.svc.opts.AbandonAfter {
+		return false
+	}
+	delete(st.subs, b.key)
+	st.unwatch(b)
+	return true
+}
+
+// blanket answers every bucket of batch by the failure mode, for a short
+// while: a report interval.
+func (st *stream) blanket(batch []*sub, mode FailureMode) *rlqsv3.RateLimitQuotaResponse {
+	kind := AllowAll
+	if mode == FailDeny {
+		kind = DenyAll
+	}
+	ttl := int64(max(math.Ceil(st.interval.Seconds()), 5))
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, b := range batch {
+		a := Assignment{Kind: kind, TTL: ttl}
+		b.sent, b.sentAt = a, time.Time{}
+		st.svc.obs.Assigned(kind.String(), true)
+		resp.BucketAction = append(resp.BucketAction, assignmentAction(b.id, a))
+	}
+	return resp
+}
+
+// entryTTL is how long the stream's registry entries last unless
+// published again: a little more than its TTL, so that an Envoy that went
+// away frees its share within a few report intervals.
+func (st *stream) entryTTL() time.Duration { return time.Duration(st.ttl()) * time.Second }
+
+// perSecond is a limit's rate in requests per second.
+func perSecond(l limit.Limit) float64 {
+	if l.Algorithm == limit.LeakyBucket {
+		b := l.Leaky().Clamped()
+		return float64(b.DripSize) / b.DripRate.Seconds()
+	}
+	r := l.Rate()
+	period := r.Unit.Duration() * time.Duration(max(r.Multiplier, 1))
+	if period <= 0 {
+		return 0
+	}
+	return float64(r.RequestsPerUnit) / period.Seconds()
+}
+
+func assignmentAction(id *rlqsv3.BucketId, a Assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	strategy := &typev3.RateLimitStrategy{}
+	switch a.Kind {
+	case AllowAll:
+		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}
+	case DenyAll:
+		strategy.Strategy = &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}
+	default:
+		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens: a.MaxTokens, TokensPerFill: wrapperspb.UInt32(a.TokensPerFill),
+			FillInterval: durationpb.New(time.Duration(a.FillInterval) * time.Second)}}
+	}
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(time.Duration(a.TTL) * time.Second), RateLimitStrategy: strategy}}}
+}
+
+func abandonAction(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}
+}

@@ -1,0 +1,30 @@
+package rlqs
+
+// Observer receives what the metrics count. Its methods must be quick and
+// safe for concurrent use.
+type Observer interface {
+	// StreamOpened and StreamClosed count streams; a closing stream held
+	// buckets subscriptions.
+	StreamOpened()
+	StreamClosed(buckets int)
+	// Subscribed is a bucket a stream began to report.
+	Subscribed()
+	// Report is one usage report of buckets buckets.
+	Report(buckets int)
+	// Assigned is one assignment sent: kind is "token_bucket",
+	// "allow_all", "deny_all" or "abandon"; changed says it is not what
+	// the stream was sent last for the bucket (a share that moved).
+	Assigned(kind string, changed bool)
+	// Failed is a report the store or registry could not serve, answered
+	// by the failure mode.
+	Failed()
+}
+
+type noObserver struct{}
+
+func (noObserver) StreamOpened()         {}
+func (noObserver) StreamClosed(int)      {}
+func (noObserver) Subscribed()           {}
+func (noObserver) Report(int)            {}
+func (noObserver) Assigned(string, bool) {}
+func (noObserver) Failed()               {}

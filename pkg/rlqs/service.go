@@ -1,0 +1,205 @@
+package rlqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// ServiceName is the gRPC name of the service, also its name in
+// grpc.health.v1.
+const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
+// Store charges what Envoys report they allowed: the buckets of the
+// config, shared with the RLS service. Apply decides every bucket of one
+// call as limit.DecideAll does; the buckets it is given charge always.
+type Store interface {
+	Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error
+}
+
+// FailureMode says what streams are sent while the store or the registry
+// fails.
+type FailureMode int
+
+const (
+	// FailQuiet sends nothing: each Envoy keeps its assignment until its
+	// TTL, then falls back to its configured behaviour.
+	FailQuiet FailureMode = iota
+	// FailAllow sends ALLOW_ALL, with a short TTL.
+	FailAllow
+	// FailDeny sends DENY_ALL, with a short TTL.
+	FailDeny
+	// FailLocal divides each limit among this replica's streams alone,
+	// through Options.LocalRegistry.
+	FailLocal
+)
+
+// Options configure a Service.
+type Options struct {
+	// Store charges reported usage; required.
+	Store Store
+	// Registry shares subscribers among replicas; required (a
+	// MemoryRegistry for one replica).
+	Registry Registry
+	// LocalRegistry is what FailLocal divides with; default a
+	// MemoryRegistry.
+	LocalRegistry Registry
+	// Config returns the config in force; nil before one is loaded.
+	Config func() *descriptors.Config
+	// Usage counts RLS calls' hits on subscribed buckets; nil counts none
+	// (RLS calls then take no part in the division).
+	Usage *Usage
+	// Clock reads the time; default time.Now.
+	Clock func() time.Time
+	// Logger receives errors and, at debug level, a line per report.
+	Logger *slog.Logger
+	// Observer receives what metrics count; default none.
+	Observer Observer
+	// Unmatched is what a bucket the config has no limit for is sent:
+	// AllowAll (the default, as an unmatched descriptor is OK) or DenyAll.
+	Unmatched Kind
+	// AbandonAfter is how long a bucket no Envoy reported any request for
+	// is kept before its streams are sent AbandonAction; default
+	// DefaultAbandonAfter.
+	AbandonAfter time.Duration
+	// FailureMode says what is sent while the store or registry fails.
+	FailureMode FailureMode
+	// StoreTimeout bounds each store and registry call; default 1s.
+	StoreTimeout time.Duration
+	// MaxStreams, MaxBuckets (per stream) and MaxBucketsPerReport cap what
+	// a client may hold; 0 means the Default* caps. MaxEntries and
+	// MaxEntryBytes cap a BucketId's pairs and each key or value, as they
+	// cap an RLS descriptor.
+	MaxStreams, MaxBuckets, MaxBucketsPerReport, MaxEntries, MaxEntryBytes int
+}
+
+// The default caps and times.
+const (
+	DefaultAbandonAfter        = 10 * time.Minute
+	DefaultMaxStreams          = 10000
+	DefaultMaxBuckets          = 10000
+	DefaultMaxBucketsPerReport = 10000
+	DefaultMaxEntries          = 32
+	DefaultMaxEntryBytes       = 4096
+)
+
+// Service is the RateLimitQuotaService. It is safe for concurrent use.
+type Service struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+
+	opts    Options
+	replica string // names this replica's instances in the registry
+	log     *slog.Logger
+	obs     Observer
+
+	next    atomic.Uint64 // stream numbers
+	streams atomic.Int64
+	mu      sync.Mutex
+	open    map[*stream]struct{} // for Inspect and Close
+	closing chan struct{}
+	once    sync.Once
+}
+
+// New returns a Service.
+func New(opts Options) (*Service, error) {
+	if opts.Store == nil || opts.Registry == nil || opts.Config == nil {
+		return nil, errors.New("rlqs: a store, a registry and a config are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
+	if opts.LocalRegistry == nil {
+		opts.LocalRegistry = NewMemoryRegistry()
+	}
+	if opts.Unmatched != DenyAll {
+		opts.Unmatched = AllowAll
+	}
+	if opts.AbandonAfter <= 0 {
+		opts.AbandonAfter = DefaultAbandonAfter
+	}
+	if opts.StoreTimeout <= 0 {
+		opts.StoreTimeout = time.Second
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&opts.MaxStreams, DefaultMaxStreams)
+	def(&opts.MaxBuckets, DefaultMaxBuckets)
+	def(&opts.MaxBucketsPerReport, DefaultMaxBucketsPerReport)
+	def(&opts.MaxEntries, DefaultMaxEntries)
+	def(&opts.MaxEntryBytes, DefaultMaxEntryBytes)
+	id := make([]byte, 6)
+	rand.Read(id)
+	return &Service{opts: opts, replica: hex.EncodeToString(id), log: opts.Logger, obs: opts.Observer,
+		open: map[*stream]struct{}{}, closing: make(chan struct{})}, nil
+}
+
+// StreamRateLimitQuotas serves one Envoy: its reports, answered with the
+// assignments of the buckets they name, until it closes the stream, sends
+// something that cannot be served, or the service closes.
+func (s *Service) StreamRateLimitQuotas(rs rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		return errTooManyStreams(s.opts.MaxStreams)
+	}
+	defer s.streams.Add(-1)
+	st := s.newStream()
+	s.mu.Lock()
+	s.open[st] = struct{}{}
+	s.mu.Unlock()
+	s.obs.StreamOpened()
+	defer func() {
+		s.mu.Lock()
+		delete(s.open, st)
+		s.mu.Unlock()
+		st.withdraw()
+		s.obs.StreamClosed(len(st.subs))
+	}()
+	return grpcStatus(st.serve(rs))
+}
+
+// Close ends every stream, after the drain: each Envoy keeps the
+// assignments it holds until their TTL, while it reconnects to another
+// replica. New streams are refused.
+func (s *Service) Close() {
+	s.once.Do(func() { close(s.closing) })
+}
+
+// Streams returns the number of open streams.
+func (s *Service) Streams() int { return int(s.streams.Load()) }
+
+func (s *Service) newStream() *stream {
+	n := s.next.Add(1)
+	return &stream{svc: s, instance: s.replica + "/" + itoa(n), subs: map[string]*sub{}}
+}
+
+func itoa(n uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}

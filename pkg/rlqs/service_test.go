@@ -1,0 +1,293 @@
+package rlqs
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// memStore is a store in process: limit.DecideAll on a map.
+type memStore struct {
+	mu     sync.Mutex
+	states map[string]limit.State
+	calls  int
+	fail   bool
+}
+
+func (m *memStore) Apply(_ context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.fail {
+		return context.DeadlineExceeded
+	}
+	states := make([]limit.State, len(buckets))
+	for i, b := range buckets {
+		states[i] = m.states[b.Key]
+	}
+	admitted := limit.DecideAll(states, buckets, now, results)
+	for i, b := range buckets {
+		if limit.Saves(b, admitted) {
+			m.states[b.Key] = results[i].State
+		}
+	}
+	return nil
+}
+
+func (m *memStore) count(key string, l limit.Limit, now time.Time) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return limit.Count(m.states[key], l, now)
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+const testConfig = `domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 100}
+    descriptors:
+      - key: action
+        rate_limit: {unit: second, requests_per_unit: 10}
+  - key: client
+    value: internal
+    rate_limit: {unlimited: true}
+`
+
+type harness struct {
+	svc   *Service
+	store *memStore
+	clock *clock
+	conn  *grpc.ClientConn
+}
+
+func newHarness(t *testing.T, cfgText string, opts Options) *harness {
+	t.Helper()
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "rlqs.yaml", Data: []byte(cfgText)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{store: &memStore{states: map[string]limit.State{}}, clock: &clock{now: time.Unix(1_800_000_000, 0)}}
+	opts.Store, opts.Registry, opts.Clock = h.store, NewMemoryRegistry(), h.clock.Now
+	if opts.Config == nil {
+		opts.Config = func() *descriptors.Config { return cfg }
+	}
+	h.svc, err = New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, h.svc)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	h.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.conn.Close() })
+	return h
+}
+
+// envoy is one stream, driven by hand.
+type envoy struct {
+	t      *testing.T
+	stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	domain string
+}
+
+func (h *harness) envoy(t *testing.T, domain string) *envoy {
+	t.Helper()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(h.conn).StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &envoy{t: t, stream: st, domain: domain}
+}
+
+type usage struct {
+	bucket          map[string]string
+	allowed, denied uint64
+}
+
+// report sends one report and returns the answer.
+func (e *envoy) report(us ...usage) (*rlqsv3.RateLimitQuotaResponse, error) {
+	e.t.Helper()
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: e.domain}
+	for _, u := range us {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: u.bucket}, NumRequestsAllowed: u.allowed, NumRequestsDenied: u.denied,
+			TimeElapsed: durationpb.New(0)})
+	}
+	if err := e.stream.Send(m); err != nil {
+		return nil, err
+	}
+	return e.stream.Recv()
+}
+
+func (e *envoy) mustReport(us ...usage) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	e.t.Helper()
+	r, err := e.report(us...)
+	if err != nil {
+		e.t.Fatalf("report: %v", err)
+	}
+	return r.GetBucketAction()
+}
+
+func tokens(a *rlqsv3.RateLimitQuotaResponse_BucketAction) *typev3.TokenBucket {
+	return a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+}
+
+func rateOf(a *rlqsv3.RateLimitQuotaResponse_BucketAction) float64 {
+	tb := tokens(a)
+	if tb == nil || tb.GetFillInterval().GetSeconds() == 0 {
+		return 0
+	}
+	return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+}
+
+func alice() map[string]string { return map[string]string{"user": "alice"} }
+
+// TestFirstReportIsAssignedAtOnce: a new Envoy's first report (one
+// request, no time yet) gets a token bucket at once, of the whole limit
+// while it is alone, whole seconds, a TTL of a few report intervals.
+func TestFirstReportIsAssignedAtOnce(t *testing.T) {
+	h := newHarness(t, testConfig, Options{})
+	e := h.envoy(t, "edge")
+	acts := e.mustReport(usage{bucket: alice(), allowed: 1})
+	if len(acts) != 1 {
+		t.Fatalf("%d actions for one bucket", len(acts))
+	}
+	a := acts[0]
+	tb := tokens(a)
+	if tb == nil || a.GetBucketId().GetBucket()["user"] != "alice" {
+		t.Fatalf("action %v: want a token bucket for user=alice", a)
+	}
+	if r := rateOf(a); r < 87.5 || r > 100 {
+		t.Fatalf("alone on 100/s: %v/s", r)
+	}
+	ttl := a.GetQuotaAssignmentAction().GetAssignmentTimeToLive()
+	if ttl.GetNanos() != 0 || ttl.GetSeconds() < 3 || tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 {
+		t.Fatalf("TTL %v, fill interval %v: want whole seconds, a TTL of a few intervals", ttl, tb.GetFillInterval())
+	}
+	if tb.GetMaxTokens() < 1 || tb.GetMaxTokens() > 100 {
+		t.Fatalf("max tokens %d of a limit of 100", tb.GetMaxTokens())
+	}
+	// The request it allowed is charged to the limit, as RLS calls are.
+	if n := h.store.count("edge|user=alice", limit.Rate{RequestsPerUnit: 100, Unit: limit.Second}.Limit(), h.clock.Now()); n != 1 {
+		t.Fatalf("the bucket counts %d after a report of 1 allowed", n)
+	}
+}
+
+// TestUnequalDemandsShareMaxMinFair: two Envoys on one user, one wanting
+// 10/s, the other as much as it can: the first keeps its 10, the other
+// gets the rest; together no more than the limit.
+func TestUnequalDemandsShareMaxMinFair(t *testing.T) {
+	h := newHarness(t, testConfig, Options{})
+	small, big := h.envoy(t, "edge"), h.envoy(t, "edge")
+	small.mustReport(usage{bucket: alice(), allowed: 1})
+	big.mustReport(usage{bucket: alice(), allowed: 1})
+	var rs, rb float64
+	for range 4 {
+		h.clock.add(5 * time.Second)
+		rs = rateOf(small.mustReport(usage{bucket: alice(), allowed: 50})[0])
+		rb = rateOf(big.mustReport(usage{bucket: alice(), allowed: 250, denied: 1000})[0])
+	}
+	t.Logf("shares %v and %v", rs, rb)
+	if rs < 8 || rs > 10.5 || rb < 80 || rs+rb > 100 {
+		t.Fatalf("demands 10/s and 250/s on 100/s: shares %v and %v, want about 10 and 90, no more than 100 together", rs, rb)
+	}
+}
+
+// TestNestedLevelsDivideTheParent: a user's 100/s is divided among the
+// user's buckets on every Envoy, each action no more than its own 10/s.
+func TestNestedLevelsDivideTheParent(t *testing.T) {
+	h := newHarness(t, testConfig, Options{})
+	e := h.envoy(t, "edge")
+	a := map[string]string{"user": "alice", "action": "read"}
+	b := map[string]string{"user": "alice", "action": "write"}
+	e.mustReport(usage{bucket: a, allowed: 1}, usage{bucket: b, allowed: 1})
+	h.clock.add(5 * time.Second)
+	acts := e.mustReport(usage{bucket: a, allowed: 500, denied: 500}, usage{bucket: b, allowed: 500, denied: 500})
+	for _, act := range acts {
+		if r := rateOf(act); r > 10 || r < 5 {
+			t.Fatalf("an action of a user with 10/s per action: %v/s", r)
+		}
+	}
+}
+
+// TestUnmatchedAndUnlimited: a BucketId the config has no limit for is
+// allowed (or denied, as asked); an allow-listed one is allowed.
+func TestUnmatchedAndUnlimited(t *testing.T) {
+	for _, c := range []struct {
+		unmatched Kind
+		want      typev3.RateLimitStrategy_BlanketRule
+	}{{AllowAll, typev3.RateLimitStrategy_ALLOW_ALL}, {DenyAll, typev3.RateLimitStrategy_DENY_ALL}} {
+		h := newHarness(t, testConfig, Options{Unmatched: c.unmatched})
+		e := h.envoy(t, "edge")
+		acts := e.mustReport(usage{bucket: map[string]string{"path": "/"}, allowed: 1}, usage{bucket: map[string]string{"client": "internal"}, allowed: 1})
+		if got := acts[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); got != c.want {
+			t.Errorf("unmatched with %v: %v", c.unmatched, got)
+		}
+		if got := acts[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); got != typev3.RateLimitStrategy_ALLOW_ALL {
+			t.Errorf("allow-listed: %v", got)
+		}
+	}
+}
+
+// TestBadReports: a first report without a domain, an unknown domain, an
+// empty or oversized BucketId, too many buckets: a clear gRPC error.
+func TestBadReports(t *testing.T) {
+	h := newHarness(t, testConfig, Options{MaxBucketsPerReport: 3, MaxEntries: 2, MaxEntryBytes: 8})
+	for _, c := range []struct {
+		domain string
+		us     []usage
+		code   codes.Code
+		msg    string
+	}{
+		{"", []usage{{bucket: alice()}}, codes.InvalidArgument, "names no domain"},
+		{"nope", []usage{{bucket: alice()}}, codes.InvalidArgument, `unknown domain "nope"`},
+		{"edge", []usage{{bucket: map[string]string{}}}, codes.InvalidArgument, "has no pairs"},
+		{"edge", []usage{{bucket: map[string]string{"a": "1", "b": "2", "c": "3"}}}, codes.InvalidArgument, "has 3 pairs"},
+		{"edge", []usage{{bucket: map[string]string{"user": strings.Repeat("x", 9)}}}, codes.InvalidArgument, "value of 9 bytes"},
+		{"edge", []usage{{bucket: alice()}, {bucket: alice()}, {bucket: alice()}, {bucket: alice()}}, codes.InvalidArgument, "at most 3"},
+	} {
+		_, err := h.envoy(t, c.domain).report(c.us...)
+		if st, _ := status.FromError(err); st.Code() != c.code || !strings.Contains(st.Message(), c.msg) {
+			t.Errorf("domain %q, %d buckets: %v, want %v with %q", c.domain, len(c.us), err, c.code, c.msg)
+		}
+	}
+}

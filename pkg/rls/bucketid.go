@@ -1,0 +1,121 @@
+package rls
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// Quotas is what the admin endpoints show of the Rate Limit Quota
+// Service: the Envoy streams that report a bucket (package rlqs).
+type Quotas interface {
+	// Subscribers returns this replica's subscribers of the bucket a
+	// BucketId of domain names, as JSON-friendly values.
+	Subscribers(domain string, bucket map[string]string) any
+}
+
+// bucketRequest is the body of POST /explain for an RLQS bucket:
+// {"domain": "D", "bucket_id": {"bucket": {"k": "v"}}}.
+type bucketRequest struct {
+	Domain   string `json:"domain"`
+	BucketID *struct {
+		Bucket map[string]string `json:"bucket"`
+	} `json:"bucket_id"`
+}
+
+// asBucketRequest reads body as an RLQS bucket, if it names one
+// (bucket_id), and returns the request of one descriptor it stands for:
+// its pairs in the order the domain's tree asks for them.
+func (s *Service) asBucketRequest(body []byte) (*rlsv3.RateLimitRequest, bool, error) {
+	var br bucketRequest
+	if json.Unmarshal(body, &br) != nil || br.BucketID == nil {
+		return nil, false, nil
+	}
+	es, err := s.bucketEntries(br.Domain, br.BucketID.Bucket)
+	if err != nil {
+		return nil, true, err
+	}
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for _, e := range es {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	return &rlsv3.RateLimitRequest{Domain: br.Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}}, true, nil
+}
+
+// bucketEntries orders a BucketId's pairs as the domain's tree asks for
+// them (descriptors.Domain.Order).
+func (s *Service) bucketEntries(domain string, bucket map[string]string) ([]descriptors.Entry, error) {
+	if len(bucket) == 0 {
+		return nil, badRequest("the bucket_id has no pairs")
+	}
+	cfg := s.Config()
+	if cfg == nil {
+		return nil, errNoConfig
+	}
+	d := cfg.Domain(domain)
+	if d == nil {
+		return nil, unknownDomain(cfg, domain)
+	}
+	es := d.Order(bucket)
+	if len(es) == 0 {
+		// No node asks for any pair: the walk stops at once, as for a
+		// descriptor of the pairs in any order.
+		keys := make([]string, 0, len(bucket))
+		for k := range bucket {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			es = append(es, descriptors.Entry{Key: k, Value: bucket[k]})
+		}
+	}
+	return es, nil
+}
+
+// BucketQuotas is GET /buckets for an RLQS bucket: the state of its
+// levels' buckets (what RLS calls and RLQS reports charge alike) and this
+// replica's Envoy streams that report it, with their demands, shares and
+// assignments.
+type BucketQuotas struct {
+	*Buckets
+	Bucket      map[string]string `json:"bucket_id"`
+	Subscribers any               `json:"subscribers"`
+}
+
+// BucketSubscribers answers GET /buckets?domain=D&bucket=k=v,...
+func (s *Service) BucketSubscribers(ctx context.Context, domain string, bucket map[string]string) (*BucketQuotas, error) {
+	es, err := s.bucketEntries(domain, bucket)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.Buckets(ctx, domain, [][]descriptors.Entry{es})
+	if err != nil {
+		return nil, err
+	}
+	out := &BucketQuotas{Buckets: b, Bucket: bucket, Subscribers: []any{}}
+	if s.quotas != nil {
+		out.Subscribers = s.quotas.Subscribers(domain, bucket)
+	}
+	return out, nil
+}
+
+// parseBucket reads a BucketId written k=v,k=v.
+func parseBucket(s string) (map[string]string, error) {
+	es, err := ParseDescriptor(s)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string, len(es))
+	for _, e := range es {
+		if _, dup := m[e.Key]; dup {
+			return nil, badRequest("bucket %q names key %q twice", clip(s), clip(e.Key))
+		}
+		m[e.Key] = e.Value
+	}
+	return m, nil
+}
