@@ -20,11 +20,11 @@ import (
 // next report raises it, little enough to leave the rest to the busy.
 const idleShare = 1.0 / 20
 
-// level is one level's division at a report: its limit's rate and room,
+// level is one level's division at a report: its limit's rate and size,
 // and the stream's part of it.
 type level struct {
 	rate float64 // requests per second
-	room int64   // what the limit had room for after the report's charges
+	size int64   // what the limit admits at once: the bursts' budget
 	mine float64 // the stream's share, all its buckets there together
 }
 
@@ -82,8 +82,9 @@ func (st *stream) answer(ctx context.Context, batch []*sub, now time.Time) *rlqs
 
 // chargeAndRoom charges, in one store call, what the stream's Envoy
 // allowed on every level of the report's buckets (and what a failed call
-// left owed), and reads the room each level has then. It reports false if
-// the store failed: the charges are owed again, for the next report.
+// left owed): usage, which RLS calls on the same buckets then see. It
+// reports false if the store failed: the charges are owed again, for the
+// next report. The levels' rates and sizes come back.
 func (st *stream) chargeAndRoom(ctx context.Context, batch []*sub, now time.Time) (map[string]*level, bool) {
 	st.mu.Lock()
 	levels := map[string]*level{}
@@ -93,13 +94,11 @@ func (st *stream) chargeAndRoom(ctx context.Context, batch []*sub, now time.Time
 			if _, ok := levels[l.Key]; ok {
 				continue
 			}
-			levels[l.Key] = &level{rate: perSecond(l.Rule.Limit)}
-			c, owed := st.owed[l.Key]
-			if !owed {
-				c = limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Always: true} // a peek: its room
+			levels[l.Key] = &level{rate: perSecond(l.Rule.Limit), size: l.Rule.Limit.Size}
+			if c, owed := st.owed[l.Key]; owed {
+				delete(st.owed, l.Key)
+				calls = append(calls, c)
 			}
-			delete(st.owed, l.Key)
-			calls = append(calls, c)
 		}
 	}
 	for k, c := range st.owed { // levels of buckets not in this report
@@ -110,8 +109,7 @@ func (st *stream) chargeAndRoom(ctx context.Context, batch []*sub, now time.Time
 	if len(calls) == 0 {
 		return levels, true
 	}
-	results := make([]limit.Result, len(calls))
-	if err := st.svc.opts.Store.Apply(ctx, now, calls, results); err != nil {
+	if err := st.svc.opts.Store.Apply(ctx, now, calls, make([]limit.Result, len(calls))); err != nil {
 		st.svc.log.Warn("rlqs: charging reported usage failed; it is charged with the next report", "err", err)
 		st.mu.Lock()
 		for _, c := range calls {
@@ -123,11 +121,6 @@ func (st *stream) chargeAndRoom(ctx context.Context, batch []*sub, now time.Time
 		}
 		st.mu.Unlock()
 		return levels, false
-	}
-	for i, c := range calls {
-		if lv := levels[c.Key]; lv != nil {
-			lv.room = results[i].Remaining
-		}
 	}
 	return levels, true
 }
@@ -215,8 +208,9 @@ func (st *stream) divide(levels map[string]*level, view map[string][]Entry) {
 }
 
 // assign returns b's assignment: a token bucket of its smallest share
-// over the levels that limit it, its burst out of their room; a blanket
-// rule when none does. Called with st.mu held.
+// over the levels that limit it, its burst the same part of their sizes
+// (so that bursts add up to no more than a limit's size); a blanket rule
+// when none does. Called with st.mu held.
 func (st *stream) assign(b *sub, levels map[string]*level, now time.Time) Assignment {
 	ttl := st.ttl()
 	limited := false
@@ -230,7 +224,7 @@ func (st *stream) assign(b *sub, levels map[string]*level, now time.Time) Assign
 		share = math.Min(share, b.share[i])
 		slowest = math.Min(slowest, lv.rate)
 		parts := make([]int64, 1)
-		Split(lv.room, lv.rate, b.share[i:i+1], parts)
+		Split(lv.size, lv.rate, b.share[i:i+1], parts)
 		burst = min(burst, parts[0])
 	}
 	switch {

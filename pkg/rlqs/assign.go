@@ -29,9 +29,10 @@ func (k Kind) String() string {
 }
 
 // Assignment is what one Envoy is told for one bucket. Envoy's client
-// reads whole seconds only (of the TTL and of the fill interval), takes
-// a TTL of 0 as expired at once, and starts a token bucket it is sent
-// anew full, so every field here is what it will read.
+// reads whole seconds only (of the TTL and of the fill interval) and takes
+// a TTL of 0 as expired at once, so every field here is what it will read.
+// A token bucket it is sent anew replaces the one it holds, refilled: in
+// full (before Envoy 1.33), or in proportion to what the old one held.
 type Assignment struct {
 	Kind Kind
 	// MaxTokens, TokensPerFill and FillInterval (whole seconds, at least
@@ -43,9 +44,9 @@ type Assignment struct {
 	TTL int64
 }
 
-// SameBucket reports whether Envoy keeps its token bucket (and the
-// tokens in it) when sent b after a: the same kind and parameters. A
-// change refills the bucket.
+// SameBucket reports whether b is the same bucket as a: the same kind and
+// parameters. Envoy keeps its token bucket (and the tokens in it) when
+// sent the same; a change replaces it, refilled.
 func (a Assignment) SameBucket(b Assignment) bool {
 	if a.Kind != b.Kind {
 		return false
@@ -119,6 +120,17 @@ func Next(prev Assignment, share float64, burst int64, fill int64) Assignment {
 			return prev // moved by little, and what is held is no more than the share
 		}
 	}
-	return Assignment{Kind: TokenBucket, MaxTokens: uint32(min(max(burst, 1), math.MaxUint32)),
+	a := Assignment{Kind: TokenBucket, MaxTokens: uint32(min(max(burst, 1), math.MaxUint32)),
 		TokensPerFill: uint32(want), FillInterval: fill}
+	if prev.Kind == TokenBucket && prev.FillInterval != fill && prev.MaxTokens == a.MaxTokens && prev.TokensPerFill == a.TokensPerFill {
+		// Envoy compares only the sub-second part of a fill interval: a
+		// new interval alone would keep the old bucket at its old rate.
+		// A token less (or more) makes it a new one.
+		if a.MaxTokens > 1 {
+			a.MaxTokens--
+		} else {
+			a.MaxTokens++
+		}
+	}
+	return a
 }

@@ -62,6 +62,12 @@ func TestNext(t *testing.T) {
 	if got := Next(prev, 0.2, 5, 20); got.FillInterval != 20 || got.TokensPerFill != 4 || got.MaxTokens != 5 {
 		t.Fatalf("a new fill interval: %+v", got)
 	}
+	// A new fill interval alone: Envoy would keep the old bucket, which
+	// another size makes new.
+	same := Assignment{Kind: TokenBucket, MaxTokens: 5, TokensPerFill: 10, FillInterval: 2}
+	if got := Next(same, 2.5, 5, 4); got.FillInterval != 4 || got.TokensPerFill != 10 || got.MaxTokens == 5 {
+		t.Fatalf("a new fill interval, the same tokens: %+v, want another max_tokens", got)
+	}
 	// A blanket rule before: a token bucket now.
 	if got := Next(Assignment{Kind: AllowAll}, 1, 1, 1); got.Kind != TokenBucket || got.TokensPerFill != 1 {
 		t.Fatalf("after a blanket rule: %+v", got)

@@ -20,7 +20,7 @@
 //
 // An assignment is a token bucket of the share (Next), sent on every
 // report so that its TTL is renewed; Envoy keeps its bucket, and the
-// tokens in it, while what it is sent is unchanged, and starts a changed
-// one full, so a share is sent anew only when it moved enough to matter,
-// with a burst out of what the limit has room for.
+// tokens in it, while what it is sent is unchanged, and refills a changed
+// one, so a share is sent anew only when it moved enough to matter, its
+// burst the same part of the limit's size.
 package rlqs

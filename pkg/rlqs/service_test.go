@@ -291,3 +291,113 @@ func TestBadReports(t *testing.T) {
 		}
 	}
 }
+
+// TestAbandon: a bucket no Envoy reports a request of for AbandonAfter is
+// sent AbandonAction, and its state freed; a report of it after is a new
+// bucket, answered with an assignment.
+func TestAbandon(t *testing.T) {
+	h := newHarness(t, testConfig, Options{AbandonAfter: 20 * time.Second})
+	e := h.envoy(t, "edge")
+	e.mustReport(usage{bucket: alice(), allowed: 1})
+	for range 3 {
+		h.clock.add(5 * time.Second)
+		if acts := e.mustReport(usage{bucket: alice()}); acts[0].GetAbandonAction() != nil {
+			t.Fatal("abandoned before AbandonAfter")
+		}
+	}
+	h.clock.add(6 * time.Second)
+	acts := e.mustReport(usage{bucket: alice()})
+	if acts[0].GetAbandonAction() == nil {
+		t.Fatalf("idle for 21s of 20: %v, want AbandonAction", acts[0])
+	}
+	if subs := h.svc.Subscribers("edge", alice()).([]Subscriber); len(subs) != 0 {
+		t.Fatalf("the abandoned bucket is still held: %+v", subs)
+	}
+	if acts := e.mustReport(usage{bucket: alice(), allowed: 1}); tokens(acts[0]) == nil {
+		t.Fatalf("reported again after abandon: %v", acts[0])
+	}
+}
+
+// TestFailureModes: while the store fails, each report is answered by the
+// failure mode, with a short TTL; nothing is lost of what was allowed.
+func TestFailureModes(t *testing.T) {
+	for _, c := range []struct {
+		mode FailureMode
+		want string
+	}{{FailAllow, "ALLOW_ALL"}, {FailDeny, "DENY_ALL"}, {FailLocal, "token_bucket"}} {
+		h := newHarness(t, testConfig, Options{FailureMode: c.mode})
+		e := h.envoy(t, "edge")
+		e.mustReport(usage{bucket: alice(), allowed: 1})
+		h.store.fail = true
+		h.clock.add(5 * time.Second)
+		acts := e.mustReport(usage{bucket: alice(), allowed: 7})
+		got := acts[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule().String()
+		if tokens(acts[0]) != nil {
+			got = "token_bucket"
+		}
+		if got != c.want {
+			t.Errorf("failure mode %v: %s, want %s", c.mode, got, c.want)
+		}
+		if ttl := acts[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().GetSeconds(); ttl < 1 || ttl > 15 {
+			t.Errorf("failure mode %v: TTL %ds, want a short one", c.mode, ttl)
+		}
+		// Back: the 7 it allowed meanwhile are charged with the next report.
+		h.store.fail = false
+		h.clock.add(5 * time.Second)
+		e.mustReport(usage{bucket: alice(), allowed: 2})
+		h.store.mu.Lock()
+		st := h.store.states["edge|user=alice"]
+		h.store.mu.Unlock()
+		if st.Counter != 9 {
+			t.Errorf("failure mode %v: the bucket holds %d after reports of 1, 7 (while failing) and 2, 10 s apart, want 9 (1 leaked)", c.mode, st.Counter)
+		}
+	}
+}
+
+// TestQuietFailureSendsNothing: the default failure mode sends nothing,
+// so that Envoys keep their assignments until the TTL.
+func TestQuietFailureSendsNothing(t *testing.T) {
+	h := newHarness(t, testConfig, Options{})
+	e := h.envoy(t, "edge")
+	e.mustReport(usage{bucket: alice(), allowed: 1})
+	h.store.fail = true
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: alice()}, NumRequestsAllowed: 3}}}
+	if err := e.stream.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := e.stream.Recv(); got <- err }()
+	select {
+	case err := <-got:
+		t.Fatalf("an answer while the store fails: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestCloseEndsStreams: Close ends every stream with Unavailable (after
+// the drain), so Envoys reconnect to another replica at their next report.
+func TestCloseEndsStreams(t *testing.T) {
+	h := newHarness(t, testConfig, Options{})
+	e := h.envoy(t, "edge")
+	e.mustReport(usage{bucket: alice(), allowed: 1})
+	h.svc.Close()
+	if _, err := e.stream.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("after Close: %v, want Unavailable", err)
+	}
+	if _, err := h.envoy(t, "edge").report(usage{bucket: alice()}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a new stream after Close: %v, want Unavailable", err)
+	}
+}
+
+// TestBucketCapPerStream: a stream past its bucket cap gets nothing for
+// the extra buckets (its Envoy's own default applies), the others served.
+func TestBucketCapPerStream(t *testing.T) {
+	h := newHarness(t, testConfig, Options{MaxBuckets: 2})
+	e := h.envoy(t, "edge")
+	acts := e.mustReport(usage{bucket: alice(), allowed: 1}, usage{bucket: map[string]string{"user": "bob"}, allowed: 1},
+		usage{bucket: map[string]string{"user": "carol"}, allowed: 1})
+	if len(acts) != 2 {
+		t.Fatalf("%d actions for 3 buckets on a cap of 2", len(acts))
+	}
+}

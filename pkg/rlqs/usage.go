@@ -8,9 +8,11 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
-// Usage counts the hits RLS calls charge to the buckets RLQS streams
-// subscribe to, so that each replica's RLS calls take their part of a
-// limit's division. Charged is called on every RLS call the store
+// Usage counts the hits RLS calls ask of the buckets RLQS streams
+// subscribe to, admitted or not: their demand, so that each replica's RLS
+// calls take their part of a limit's division as an Envoy's reports do.
+// (Counting what they were admitted would shrink their part whenever the
+// Envoys filled the bucket.) Charged is called on every RLS call the store
 // decided: it costs an atomic load when no stream subscribes to any
 // bucket, and a map read per bucket otherwise. It is safe for concurrent
 // use.
@@ -31,20 +33,13 @@ type usageCount struct {
 // usageWindow is the shortest time a rate is measured over.
 const usageWindow = time.Second
 
-// Charged counts the hits charged to the buckets of one RLS call: every
-// bucket of an admitted call, and the buckets that charge always.
-func (u *Usage) Charged(buckets []limit.Bucket, results []limit.Result) {
+// Charged counts the hits one RLS call asked of each of its buckets.
+func (u *Usage) Charged(buckets []limit.Bucket, _ []limit.Result) {
 	if u == nil || u.watched.Load() == 0 {
 		return
 	}
-	admitted := true
-	for i, b := range buckets {
-		if !results[i].Admitted && !b.Shadow {
-			admitted = false
-		}
-	}
 	for _, b := range buckets {
-		if b.Hits <= 0 || !limit.Saves(b, admitted) {
+		if b.Hits <= 0 {
 			continue
 		}
 		if v, ok := u.keys.Load(b.Key); ok {
