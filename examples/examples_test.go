@@ -327,7 +327,7 @@ func checkDeployment(t *testing.T, objs map[string]map[string]any, example strin
 }
 
 func TestExampleConfigsAreValid(t *testing.T) {
-	for _, dir := range []string{"envoy/envoy-rls", "../config"} {
+	for _, dir := range []string{"envoy/envoy-rls", "envoy-gateway/budgets.yaml", "../config"} {
 		loadConfig(t, dir)
 	}
 }

@@ -22,3 +22,16 @@ func Distance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// Closest returns the name of names nearest to name, if it is near enough
+// to be a misspelling of it (at most a third of its letters differ), or "".
+// Of names equally near, the first is returned.
+func Closest(name string, names []string) string {
+	best, bestDist := "", len(name)/3+1
+	for _, n := range names {
+		if d := Distance(name, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}

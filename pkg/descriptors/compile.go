@@ -31,7 +31,7 @@ type compiler struct {
 // it would make overran budget bytes.
 func compile(file string, raw *rawDomain, budget int) (*Domain, *Problem) {
 	c := compiler{d: &Domain{Name: raw.name, File: file, OverLimitBody: raw.overLimitBody, RateLimitAlgorithm: raw.algorithm, Charge: raw.charge,
-		prefix: escape(raw.name), leaf: raw.leaf}, budget: budget, charge: raw.charge}
+		RateLimitCalendar: raw.calendar.on, TimeZone: raw.calendar.zone, prefix: escape(raw.name), leaf: raw.leaf}, budget: budget, charge: raw.charge}
 	c.d.root = c.level(raw.descriptors, parent{})
 	if n := c.over; n != nil {
 		return nil, &Problem{File: file, Line: max(n.line, 1), Field: n.path(),
@@ -172,8 +172,9 @@ func (c *compiler) rule(raw *rawNode, l *rawLimit, here parent, mark string) *Ru
 
 // limitMarks returns the key mark of each limit of a node: "" for the
 // first leaky bucket, "|#lbN" for the Nth after it, "|#sw<window>/<resolution>"
-// for a sliding window and "|#fw<window>" for a fixed one, with "~<item>"
-// added where two limits would have the same.
+// for a sliding window, "|#fw<window>" for a fixed one and "|#fw<period>"
+// ("|#fwmonth") for a calendar window, with "~<item>" added where two
+// limits would have the same.
 func limitMarks(limits []*rawLimit) []string {
 	marks := make([]string, len(limits))
 	buckets := 0
@@ -185,6 +186,9 @@ func limitMarks(limits []*rawLimit) []string {
 			m = "|#sw" + compactDuration(w.Window) + "/" + compactDuration(w.Resolution)
 		case limit.FixedWindow:
 			m = "|#fw" + compactDuration(l.limit.Window)
+			if l.limit.IsCalendar() {
+				m = "|#fw" + l.limit.Calendar.String() // its zone not: a zone corrected keeps the period's count where the periods overlap
+			}
 		default:
 			if buckets++; buckets > 1 {
 				m = "|#lb" + strconv.Itoa(buckets)

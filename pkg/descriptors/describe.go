@@ -33,7 +33,7 @@ type DescriptorDescription struct {
 
 // LimitDescription is one limit of a node, and the rate the responses
 // report: a leaky bucket's size, drip rate and drip size, or a window's
-// limit, window and (sliding) resolution.
+// limit, window and (sliding) resolution, or calendar period and zone.
 type LimitDescription struct {
 	Algorithm  string `json:"algorithm"`
 	Name       string `json:"name,omitempty"`        // in a limits list
@@ -44,7 +44,11 @@ type LimitDescription struct {
 	Limit      *int64 `json:"limit,omitempty"`
 	Window     string `json:"window,omitempty"`
 	Resolution string `json:"resolution,omitempty"`
-	Reported   string `json:"reported_as"` // requests per unit, as in current_limit
+	// Calendar is a calendar window's period (day, week, month, year) and
+	// TimeZone its zone (an IANA name, or UTC), in place of a window.
+	Calendar string `json:"calendar,omitempty"`
+	TimeZone string `json:"time_zone,omitempty"`
+	Reported string `json:"reported_as"` // requests per unit, as in current_limit
 	// Charge is "always" for a limit that charges every call's hits
 	// (charge: always); absent for the default, admitted requests only.
 	Charge    string         `json:"charge,omitempty"`
@@ -70,6 +74,10 @@ func describeLimit(r *Rule) LimitDescription {
 	case limit.SlidingWindow:
 		d.Limit, d.Window, d.Resolution = &l.Size, l.Window.String(), l.Sliding().Resolution.String()
 	case limit.FixedWindow:
+		if l.IsCalendar() {
+			describeCalendar(&d, l)
+			break
+		}
 		d.Limit, d.Window = &l.Size, l.Window.String()
 	default:
 		d.Size, d.DripRate, d.DripSize = &l.Size, l.DripRate.String(), l.DripSize

@@ -158,6 +158,9 @@ var leakyObject = newObject(
 
 func (r *reader) leakyBucket(f field, p *fieldPath, lr *limitReading) bool {
 	lr.algorithms = append(lr.algorithms, f)
+	if r.refuseCalendar(f, p, "a leaky bucket leaks continuously") {
+		return false
+	}
 	lb := leakyReading{l: limit.Limit{DripSize: 1}}
 	var buf fieldsBuf
 	if _, ok := leakyObject.read(r, f.value, p, &lb, buf[:0]); !ok {
@@ -173,33 +176,51 @@ type windowReading struct {
 	limit               int64
 	window, resolution  time.Duration
 	windowNode, resNode *yaml.Node
-}
-
-func windowFields() []objectField[*windowReading] {
-	return []objectField[*windowReading]{
-		requiredField("limit", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
-			var ok bool
-			w.limit, ok = r.integer(f.value, p, 0, window.MaxLimit)
-			return ok
-		}),
-		requiredField("window", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
-			var ok bool
-			w.windowNode = f.value
-			w.window, ok = r.micros(f.value, p, window.MaxWindow)
-			return ok
-		}),
-	}
+	// A fixed window's calendar period and time zone, and their keys.
+	calendar             window.Calendar
+	zone                 string
+	calendarKey, zoneKey *yaml.Node
 }
 
 var (
-	fixedObject   = newObject(windowFields()...)
-	slidingObject = newObject(append(windowFields(),
+	limitField = requiredField("limit", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
+		var ok bool
+		w.limit, ok = r.integer(f.value, p, 0, window.MaxLimit)
+		return ok
+	})
+	readWindow = func(r *reader, f field, p *fieldPath, w *windowReading) bool {
+		var ok bool
+		w.windowNode = f.value
+		w.window, ok = r.micros(f.value, p, window.MaxWindow)
+		return ok
+	}
+	// A fixed window's window is required unless it has a calendar
+	// (checked once both are read).
+	fixedObject = newObject(limitField, fieldOf("window", readWindow),
+		fieldOf("calendar", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
+			w.calendarKey = f.key
+			s, ok := r.text(f.value, p)
+			if !ok {
+				return false
+			}
+			if w.calendar, ok = calendarPeriod(s); !ok {
+				r.errorf(f.value, p, "%q: want day, week (from Monday), month or year", clip(s))
+			}
+			return ok
+		}),
+		fieldOf("time_zone", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
+			w.zoneKey = f.key
+			var ok bool
+			w.zone, ok = r.timeZone(f.value, p)
+			return ok
+		}))
+	slidingObject = newObject(limitField, requiredField("window", readWindow),
 		fieldOf("resolution", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
 			var ok bool
 			w.resNode = f.value
 			w.resolution, ok = r.micros(f.value, p, window.MaxWindow)
 			return ok
-		}))...)
+		}))
 )
 
 func (r *reader) fixedWindow(f field, p *fieldPath, lr *limitReading) bool {
@@ -218,14 +239,16 @@ func (r *reader) window(f field, p *fieldPath, lr *limitReading, algo limit.Algo
 	if algo == limit.SlidingWindow {
 		obj = slidingObject
 	}
+	if algo == limit.SlidingWindow && r.refuseCalendar(f, p, "a sliding window slides continuously") {
+		return false
+	}
 	var w windowReading
 	var buf fieldsBuf
 	if _, ok := obj.read(r, f.value, p, &w, buf[:0]); !ok {
 		return false
 	}
 	if algo == limit.FixedWindow {
-		lr.limit = &limit.Limit{Algorithm: limit.FixedWindow, Size: w.limit, Window: w.window}
-		return true
+		return r.finishFixed(f, p, lr, &w)
 	}
 	res, resNode, resField := w.resolution, w.resNode, p.field("resolution")
 	if resNode == nil {
@@ -253,6 +276,12 @@ type rateReading struct {
 	lr          *limitReading
 	rate        limit.Rate
 	unit, count *yaml.Node // the unit and requests_per_unit fields, when given
+	// calendar and zone, when given (calendarKey, zoneKey), say whether a
+	// unit of a day or more is counted on the calendar, and where.
+	calendar             bool
+	zone                 string
+	calendarKey, zoneKey *yaml.Node
+	multiplier           *yaml.Node // the unit_multiplier's value, when given
 }
 
 var rateObject = newObject(
@@ -276,7 +305,20 @@ var rateObject = newObject(
 		rr.rate.RequestsPerUnit = uint32(v)
 		return ok
 	}),
+	fieldOf("calendar", func(r *reader, f field, p *fieldPath, rr *rateReading) bool {
+		rr.calendarKey = f.key
+		var ok bool
+		rr.calendar, ok = r.boolean(f.value, p)
+		return ok
+	}),
+	fieldOf("time_zone", func(r *reader, f field, p *fieldPath, rr *rateReading) bool {
+		rr.zoneKey = f.key
+		var ok bool
+		rr.zone, ok = r.timeZone(f.value, p)
+		return ok
+	}),
 	fieldOf("unit_multiplier", func(r *reader, f field, p *fieldPath, rr *rateReading) bool {
+		rr.multiplier = f.value
 		v, ok := r.integer(f.value, p, 1, math.MaxUint32)
 		rr.rate.Multiplier = uint32(v)
 		return ok
@@ -309,9 +351,13 @@ func (r *reader) rateLimit(f field, p *fieldPath, lr *limitReading) bool {
 	_, ok := rateObject.read(r, f.value, p, &rr, buf[:0])
 	switch {
 	case lr.unlimited != nil:
-		if rr.unit != nil || rr.count != nil {
+		if rr.unit != nil || rr.count != nil || rr.calendarKey != nil || rr.zoneKey != nil {
 			fp := p.field("unlimited")
-			r.errorf(lr.unlimited, &fp, "cannot be combined with unit or requests_per_unit")
+			with := "unit or requests_per_unit"
+			if rr.unit == nil && rr.count == nil {
+				with = "calendar or time_zone"
+			}
+			r.errorf(lr.unlimited, &fp, "cannot be combined with %s", with)
 			return false
 		}
 		return ok
@@ -326,7 +372,13 @@ func (r *reader) rateLimit(f field, p *fieldPath, lr *limitReading) bool {
 		fp := p.field("requests_per_unit")
 		r.warnf(f.value, &fp, "is missing: read as 0, which rejects every request, as envoyproxy/ratelimit does")
 	}
-	l := rr.rate.LimitAs(r.algorithm)
+	l, ok := r.rateCalendar(p, &rr)
+	if !ok {
+		return false
+	}
+	if !l.IsCalendar() {
+		l = rr.rate.LimitAs(r.algorithm)
+	}
 	lr.limit, lr.rate = &l, &rr.rate
 	return true
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -21,8 +20,9 @@ type rawDomain struct {
 	leaf          bool   // match: leaf
 	overLimitBody string // sent on OVER_LIMIT, {retry_after} filled in
 	algorithm     limit.Algorithm
-	charge        Charge     // the file's charge, else the default the reader was given
-	list          *yaml.Node // the descriptors, read once the algorithm is known
+	calendar      fileCalendar // the file's calendar and time_zone
+	charge        Charge       // the file's charge, else the default the reader was given
+	list          *yaml.Node   // the descriptors, read once the algorithm is known
 	descriptors   []*rawNode
 }
 
@@ -62,8 +62,6 @@ func (n *rawNode) appendPath(b []byte) []byte {
 	return append(b, ']')
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
-
 // parseFile reads one config file. It returns nil when the file has errors,
 // which the reader holds with the warnings.
 func parseFile(r *reader, data []byte) *rawDomain {
@@ -102,8 +100,10 @@ func parseFile(r *reader, data []byte) *rawDomain {
 	if _, ok := fileObject.read(r, root, nil, d, buf[:0]); !ok && d.list == nil {
 		return nil
 	}
-	// rate_limit blocks take the file's algorithm, wherever it is written.
-	r.algorithm = d.algorithm
+	// rate_limit blocks take the file's algorithm and calendar, wherever
+	// they are written.
+	r.algorithm, r.calendar = d.algorithm, d.calendar
+	r.checkFileCalendar(d.calendar)
 	if d.list != nil {
 		d.descriptors = r.descriptorList(d.list, nil)
 	}
@@ -154,25 +154,6 @@ func replacesField(n *rawNode, l *rawLimit, i int) string {
 	return fmt.Sprintf("%s.rate_limit.replaces[%d].name", n.path(), i)
 }
 
-// yamlProblem turns a YAML syntax error into a Problem with its line: the
-// one YAML names, else the line of the first control character (which YAML
-// refuses without saying where), else line 1.
-func yamlProblem(file string, data []byte, err error) Problem {
-	msg := err.Error()
-	p := Problem{File: file, Line: 1, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		p.Line, _ = strconv.Atoi(m[1])
-		p.Msg = "invalid YAML: " + msg[len(m[0]):]
-	} else if i := bytes.IndexFunc(data, isControl); i >= 0 {
-		p.Line = 1 + bytes.Count(data[:i], []byte("\n"))
-	}
-	return p
-}
-
-func isControl(r rune) bool {
-	return (r < 0x20 && r != '\t' && r != '\n' && r != '\r') || r == 0x7f
-}
-
 // fieldsBuf holds the fields of one mapping: more than any mapping knows.
 type fieldsBuf [16]field
 
@@ -213,6 +194,18 @@ var fileObject = newObject(
 		}
 		d.algorithm = a
 		return true
+	}),
+	fieldOf("calendar", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		var ok bool
+		d.calendar.onKey = f.key
+		d.calendar.on, ok = r.boolean(f.value, p)
+		return ok
+	}),
+	fieldOf("time_zone", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
+		var ok bool
+		d.calendar.zoneKey = f.key
+		d.calendar.zone, ok = r.timeZone(f.value, p)
+		return ok
 	}),
 	fieldOf("charge", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
 		var ok bool

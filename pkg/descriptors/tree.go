@@ -19,6 +19,11 @@ type Domain struct {
 	// RateLimitAlgorithm is what the file's rate_limit blocks became, and
 	// what a limit sent by Envoy for this domain becomes.
 	RateLimitAlgorithm limit.Algorithm
+	// RateLimitCalendar and TimeZone are the file's calendar: true and
+	// time_zone: its rate_limits of a day or more, and a limit of a day or
+	// more sent by Envoy for this domain, are then calendar windows.
+	RateLimitCalendar bool
+	TimeZone          string
 	// Charge is the file's charge: its limits' unless a node says
 	// otherwise, and a limit sent by Envoy's.
 	Charge Charge

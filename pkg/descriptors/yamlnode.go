@@ -27,6 +27,8 @@ type reader struct {
 	// algorithm is what a rate_limit becomes: the file's
 	// rate_limit_algorithm, else the default the reader was given.
 	algorithm limit.Algorithm
+	// calendar is the file's calendar and time_zone, for its rate_limits.
+	calendar fileCalendar
 	// charge and leaf are the defaults of a file without charge or match.
 	charge Charge
 	leaf   bool
@@ -102,7 +104,7 @@ func (r *reader) errorf(n *yaml.Node, p *fieldPath, format string, args ...any) 
 	if r.errors.full(line(n)) { // before the message is made
 		return
 	}
-	r.addError(Problem{Line: line(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
+	r.addError(Problem{Line: line(n), Column: column(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
 // warnOnce records a warning about a field name once per file; later places
@@ -119,15 +121,18 @@ func (r *reader) warnOnce(n *yaml.Node, p *fieldPath, name, msg string) {
 		return
 	}
 	r.repeats[name] = &repeat{index: len(r.warnings.list)}
-	r.addWarning(Problem{Line: line(n), Field: p.String(), Msg: msg})
+	r.addWarning(Problem{Line: line(n), Column: column(n), Field: p.String(), Msg: msg})
 }
 
 // finish completes the messages of repeated warnings, and says how many
 // problems were not listed.
+//
+// The problems are put in line order: they are found in the order the
+// fields are read, which is not always the file's (the descriptors are
+// read after the fields that say how). The line counting those not
+// listed stays last.
 func (r *reader) finish() {
-	r.errors.list = append(r.errors.list, r.errors.more.problem(r.file, "errors")...)
-	r.warnings.list = append(r.warnings.list, r.warnings.more.problem(r.file, "warnings")...)
-	for _, rep := range r.repeats {
+	for _, rep := range r.repeats { // before sorting: rep.index is a place in the list
 		switch {
 		case rep.more == 1:
 			r.warnings.list[rep.index].Msg += " (and 1 more place in this file)"
@@ -135,13 +140,17 @@ func (r *reader) finish() {
 			r.warnings.list[rep.index].Msg += fmt.Sprintf(" (and %d more places in this file)", rep.more)
 		}
 	}
+	sortProblems(r.errors.list)
+	sortProblems(r.warnings.list)
+	r.errors.list = append(r.errors.list, r.errors.more.problem(r.file, "errors")...)
+	r.warnings.list = append(r.warnings.list, r.warnings.more.problem(r.file, "warnings")...)
 }
 
 func (r *reader) warnf(n *yaml.Node, p *fieldPath, format string, args ...any) {
 	if r.warnings.full(line(n)) {
 		return
 	}
-	r.addWarning(Problem{Line: line(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
+	r.addWarning(Problem{Line: line(n), Column: column(n), Field: p.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
 // fieldPath is a field's place in its file, such as
@@ -193,6 +202,13 @@ func line(n *yaml.Node) int {
 		return 0
 	}
 	return n.Line
+}
+
+func column(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Column
 }
 
 // deref follows an alias to the node it names.

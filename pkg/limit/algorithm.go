@@ -97,6 +97,9 @@ func decideOne(s State, l Limit, now time.Time, hits int64) Result {
 		r := w.Decide(window.SlidingState{Newest: floorDiv(s.Timestamp, res), Counts: s.Counts}, now, hits)
 		return fromWindow(r, s)
 	case FixedWindow:
+		if l.IsCalendar() {
+			return decideCalendar(s, l, now, hits)
+		}
 		w := l.Fixed()
 		win := w.Window.Microseconds()
 		r := w.Decide(window.FixedState{Index: floorDiv(s.Timestamp, win), Count: s.Counter}, now, hits)
@@ -119,6 +122,10 @@ func charge(r *Result, l Limit, now time.Time, hits int64) {
 		w.Charge(&st, now, hits)
 		r.State = State{Counter: sum(st.Counts), Timestamp: st.Newest * res, Counts: st.Counts}
 	case FixedWindow:
+		if l.IsCalendar() {
+			chargeCalendar(r, l, now, hits)
+			return
+		}
 		w := l.Fixed()
 		win := w.Window.Microseconds()
 		st := window.FixedState{Index: floorDiv(r.State.Timestamp, win), Count: r.State.Counter}
@@ -162,8 +169,15 @@ func Uncharge(s State, l Limit, at time.Time, hits int64) State {
 		counts[back] -= min(counts[back], hits)
 		return State{Counter: s.Counter - (s.Counts[back] - counts[back]), Timestamp: s.Timestamp, Counts: counts}
 	case FixedWindow:
-		win := l.Fixed().Window.Microseconds()
-		if s.Counter == 0 || floorDiv(s.Timestamp, win) != floorDiv(at.UnixMicro(), win) {
+		if s.Counter == 0 {
+			return s
+		}
+		if l.IsCalendar() {
+			// A charge leaves the state starting where its period does.
+			if s.Timestamp != l.FixedPeriod(at.UnixMicro()).Start {
+				return s
+			}
+		} else if win := l.Fixed().Window.Microseconds(); floorDiv(s.Timestamp, win) != floorDiv(at.UnixMicro(), win) {
 			return s
 		}
 		if c := s.Counter - hits; c > 0 {

@@ -44,8 +44,9 @@ var (
 	fixedLimit   = Limit{Algorithm: FixedWindow, Size: 100000, Window: time.Minute}
 )
 
-func BenchmarkDecideSliding(b *testing.B) { benchmarkDecide(b, slidingLimit) }
-func BenchmarkDecideFixed(b *testing.B)   { benchmarkDecide(b, fixedLimit) }
+func BenchmarkDecideSliding(b *testing.B)  { benchmarkDecide(b, slidingLimit) }
+func BenchmarkDecideFixed(b *testing.B)    { benchmarkDecide(b, fixedLimit) }
+func BenchmarkDecideCalendar(b *testing.B) { benchmarkDecide(b, monthly) }
 
 func benchmarkDecide(b *testing.B, l Limit) {
 	s := State{}

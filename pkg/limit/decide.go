@@ -78,6 +78,9 @@ func Count(s State, l Limit, now time.Time) int64 {
 		w := l.Sliding()
 		return w.Count(window.SlidingState{Newest: floorDiv(s.Timestamp, w.Resolution.Microseconds()), Counts: s.Counts}, now)
 	case FixedWindow:
+		if l.IsCalendar() {
+			return l.CalendarWindow().Count(calendarState(s), now)
+		}
 		w := l.Fixed()
 		return w.Count(window.FixedState{Index: floorDiv(s.Timestamp, w.Window.Microseconds()), Count: s.Counter}, now)
 	}

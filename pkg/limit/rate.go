@@ -168,8 +168,12 @@ func (r Rate) String() string {
 //
 // A window's rate is Size per Window, in the longest unit of which the
 // window is a whole number (100 per 10m is 100 per 10 minutes), or per
-// second, scaled, for a window of no whole seconds.
+// second, scaled, for a window of no whole seconds. A calendar window's
+// is its limit per its period: 2000000 per month.
 func (l Limit) Rate() Rate {
+	if l.IsCalendar() {
+		return calendarRate(l)
+	}
 	if l.Algorithm == SlidingWindow || l.Algorithm == FixedWindow {
 		return windowRate(l)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // Buckets are the buckets some descriptors reach, and their state: the
@@ -51,6 +52,27 @@ type BucketStatus struct {
 	// time until it is back within; both absent when it is within.
 	Debt       int64  `json:"debt,omitempty"`
 	BackWithin string `json:"back_within,omitempty"`
+	// Period is a calendar window's period that the bucket counts now.
+	Period *Period `json:"period,omitempty"`
+}
+
+// Period is the calendar period a calendar window counts in: its start
+// and end (excluded), in RFC 3339 in its time zone, and the zone.
+type Period struct {
+	Start    string `json:"start"`
+	End      string `json:"end"`
+	TimeZone string `json:"time_zone"`
+}
+
+// periodOf returns the period a bucket of limit l in state st counts in
+// at now, or nil if l is not a calendar window.
+func periodOf(l limit.Limit, st limit.State, now time.Time) *Period {
+	if !l.IsCalendar() {
+		return nil
+	}
+	p, zone := l.CountedPeriod(st, now), window.Zone(l.Zone)
+	return &Period{Start: time.UnixMicro(p.Start).In(zone).Format(time.RFC3339), End: time.UnixMicro(p.End).In(zone).Format(time.RFC3339),
+		TimeZone: l.ZoneName()}
 }
 
 // debt is how far past its limit a bucket counts, and for how long.
@@ -156,7 +178,7 @@ func bucketStatus(l descriptors.Level, st limit.State, at time.Time) BucketStatu
 	st.Counts = slices.Clone(st.Counts) // a sliding window's hit is charged in place
 	one := limit.Decide(st, lim, at, 1)
 	b := BucketStatus{Key: l.Key, Path: l.Rule.Path, Label: l.Rule.Label(), Limit: l.Rule.Describe(),
-		Clear: peek.Clear.String(), AdmitsOne: one.Admitted}
+		Clear: peek.Clear.String(), AdmitsOne: one.Admitted, Period: periodOf(lim, st, at)}
 	if peek.Admitted {
 		b.Remaining = peek.Remaining // else over its size: 0
 	}

@@ -190,6 +190,8 @@ type BucketState struct {
 	// time until it is back within; both absent when it is within.
 	Debt       int64  `json:"debt,omitempty"`
 	BackWithin string `json:"back_within,omitempty"`
+	// Period is a calendar window's period that the bucket counts now.
+	Period *Period `json:"period,omitempty"`
 }
 
 // ExplainConfig explains a request from the config alone, without bucket
@@ -249,8 +251,10 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 		return nil, &storeError{err: err}
 	}
 	debts := make([]debt, len(w.buckets))
+	periods := make([]*Period, len(w.buckets))
 	for k, b := range w.buckets {
 		debts[k] = debtOf(states[k], b.Limit, at, limit.Decide(states[k], b.Limit, at, 0)) // before DecideAll, which may charge the states in place
+		periods[k] = periodOf(b.Limit, states[k], at)
 	}
 	limit.DecideAll(states, w.buckets, at, w.results)
 	w.now = at
@@ -277,7 +281,7 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 		checked(de, walks[i], w.starts[i], func(x *LimitExplanation, j int) {
 			k := w.bucketOf[j]
 			r := &w.results[k]
-			bs := &BucketState{Admits: r.Admitted, Remaining: r.Remaining, Clear: r.Clear.String()}
+			bs := &BucketState{Admits: r.Admitted, Remaining: r.Remaining, Clear: r.Clear.String(), Period: periods[k]}
 			if !r.Admitted {
 				bs.Reset = r.Reset.String()
 			}

@@ -43,7 +43,7 @@ func ietfHeaders(w *work, all *verdict) []*corev3.HeaderValue {
 		policy = append(policy, ";q="...)
 		policy = strconv.AppendInt(policy, rule.Limit.Size, 10)
 		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, policyWindow(rule.Limit), 10)
+		policy = strconv.AppendInt(policy, policyWindow(rule.Limit, w.now), 10)
 	}
 	var limit []byte
 	limit = appendPolicyName(limit, all.binding)
@@ -91,8 +91,13 @@ func appendPolicyName(b []byte, r *descriptors.Rule) []byte {
 func roundUpSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 
 // policyWindow is a policy's window in whole seconds (at least 1): a
-// window's length, or how long a full bucket takes to drain.
-func policyWindow(l limit.Limit) int64 {
+// window's length (a calendar window's period holding now: a month is 28
+// to 31 days), or how long a full bucket takes to drain.
+func policyWindow(l limit.Limit, now time.Time) int64 {
+	if l.IsCalendar() {
+		p := l.FixedPeriod(now.UnixMicro())
+		return max(1, roundUpSeconds(time.Duration(p.End-p.Start)*time.Microsecond))
+	}
 	if l.Algorithm == limit.SlidingWindow || l.Algorithm == limit.FixedWindow {
 		return max(1, roundUpSeconds(l.Window))
 	}

@@ -56,7 +56,7 @@ func TestPolicyWindow(t *testing.T) {
 		{limit.Limit{Algorithm: limit.SlidingWindow, Size: 5, Window: time.Hour, Resolution: time.Minute}, 3600},
 		{limit.Limit{Algorithm: limit.FixedWindow, Size: 5, Window: 1500 * time.Millisecond}, 2},
 	} {
-		if got := policyWindow(c.l); got != c.want {
+		if got := policyWindow(c.l, time.Time{}); got != c.want {
 			t.Errorf("%v: %d, want %d", c.l, got, c.want)
 		}
 	}

@@ -123,14 +123,19 @@ var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
 
 // overrideRule turns a validated limit sent by Envoy into a rule, charged
 // as the domain's file says (always: whatever the answer), translated
-// as a rate_limit of its domain's files is: to the domain's algorithm.
-func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, algo limit.Algorithm, always bool) *descriptors.Rule {
+// as a rate_limit of its domain's files is: to the domain's algorithm, or
+// to a calendar window where the file says calendar: true.
+func overrideRule(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, d *descriptors.Domain) *descriptors.Rule {
 	rate := limit.Rate{
 		RequestsPerUnit: o.GetRequestsPerUnit(),
 		Unit:            overrideUnits[o.GetUnit()],
 		Multiplier:      o.GetUnitMultiplier().GetValue(),
 	}
-	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: rate.LimitAs(algo), Rate: rate, Always: always}
+	l, ok := rate.CalendarLimit(d.TimeZone)
+	if !ok || !d.RateLimitCalendar {
+		l = rate.LimitAs(d.RateLimitAlgorithm)
+	}
+	return &descriptors.Rule{Path: "(limit sent by Envoy)", Limit: l, Rate: rate, Always: d.Charge == descriptors.ChargeAlways}
 }
 
 // hitsOf returns the hits a descriptor adds: its own hits_addend if set

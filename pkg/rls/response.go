@@ -223,8 +223,12 @@ func (v *verdict) status(s *descStatus, now time.Time) {
 }
 
 // windowEnd is the time from now to the end of the fixed window of l that
-// holds now.
+// holds now: a calendar window's, to the end of its period.
 func windowEnd(l limit.Limit, now time.Time) time.Duration {
+	if l.IsCalendar() {
+		us := now.UnixMicro()
+		return time.Duration(l.FixedPeriod(us).End-us) * time.Microsecond
+	}
 	win := l.Fixed().Window
 	return win - time.Duration(now.UnixNano()%int64(win))
 }

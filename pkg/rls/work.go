@@ -92,7 +92,7 @@ func (w *work) explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, m mod
 // nil.
 func overrideOf(d *descriptors.Domain, desc *ratelimitv3.RateLimitDescriptor) *descriptors.Rule {
 	if o := desc.GetLimit(); o != nil {
-		return overrideRule(o, d.RateLimitAlgorithm, d.Charge == descriptors.ChargeAlways)
+		return overrideRule(o, d)
 	}
 	return nil
 }

@@ -3,7 +3,9 @@
 // algorithm, no request of several buckets and no store.
 //
 // The sliding window is a count over the last Window, in sub-windows of
-// Resolution; the fixed window is envoyproxy/ratelimit's counting. Each
+// Resolution; the fixed window is envoyproxy/ratelimit's counting; a
+// calendar window (CalendarFixed) is a fixed window whose windows are the
+// days, weeks, months or years of a time zone (Calendar.Period). Each
 // decision is a pure function of (state, limit, now, hits), as leaky's:
 // Decide says whether hits fit and what to report, changing nothing, and
 // Charge adds them once every bucket of the request has admitted, so that

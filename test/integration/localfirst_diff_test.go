@@ -15,6 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/localfirst"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // diffSeedEnv names the variable that runs TestLocalFirstMatchesExact on
@@ -248,6 +249,11 @@ func diffLimit(rng *rand.Rand, a limit.Algorithm) limit.Limit {
 		w := []time.Duration{time.Second, 10 * time.Second, time.Minute, time.Hour}[rng.IntN(4)]
 		return limit.Limit{Algorithm: a, Size: size, Window: w, Resolution: w / time.Duration([]int{1, 2, 5, 10}[rng.IntN(4)])}
 	case limit.FixedWindow:
+		if rng.IntN(3) == 0 {
+			// A calendar day, in a zone whose midnight the steps may cross.
+			zone := []string{"", "Asia/Tokyo", "America/Los_Angeles", "Asia/Kolkata"}[rng.IntN(4)]
+			return limit.Limit{Algorithm: a, Size: size, Calendar: window.Day, Zone: zone}
+		}
 		w := []time.Duration{time.Second, 10 * time.Second, time.Minute, time.Hour, 24 * time.Hour}[rng.IntN(5)]
 		return limit.Limit{Algorithm: a, Size: size, Window: w}
 	}
@@ -298,8 +304,12 @@ func (s *diffSeq) step(rng *rand.Rand) time.Duration {
 }
 
 // diffPeriod is how long a limit takes to forget a full bucket: a
-// window, or a leaky bucket's drain.
+// window (a calendar window's first period), or a leaky bucket's drain.
 func diffPeriod(l limit.Limit) time.Duration {
+	if l.IsCalendar() {
+		p := l.FixedPeriod(diffT0.UnixMicro())
+		return time.Duration(p.End-p.Start) * time.Microsecond
+	}
 	if l.Algorithm != limit.LeakyBucket {
 		return l.Window
 	}
@@ -323,6 +333,14 @@ func (s *diffSeq) avoidEdges(at time.Duration) time.Duration {
 		for _, k := range s.keys {
 			w := k.limit.Window
 			if k.limit.Algorithm == limit.LeakyBucket || (k.limit.Algorithm == limit.SlidingWindow && k.limit.Resolution != w) {
+				continue
+			}
+			if k.limit.IsCalendar() {
+				us := diffT0.Add(at).UnixMicro()
+				if left := time.Duration(k.limit.FixedPeriod(us).End-us) * time.Microsecond; left < edgeMargin {
+					at += left
+					moved = true
+				}
 				continue
 			}
 			if left := w - time.Duration(diffT0.Add(at).UnixMicro()%w.Microseconds())*time.Microsecond; left < edgeMargin {

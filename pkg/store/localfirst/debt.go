@@ -136,13 +136,13 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 }
 
 // ended reports whether a fixed window's charge made at (Redis's clock)
-// is of a window that has ended by rnow.
+// is of a window (a calendar window's period) that has ended by rnow.
 func ended(l limit.Limit, at, rnow int64) bool {
 	if l.Algorithm != limit.FixedWindow {
 		return false
 	}
-	win := l.Fixed().Window.Microseconds()
-	return floorDiv(rnow, win) != floorDiv(at, win)
+	p := l.FixedPeriod(at)
+	return rnow < p.Start || rnow >= p.End
 }
 
 // debtChunk bounds the buckets of one call that sends debts.

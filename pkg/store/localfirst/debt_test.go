@@ -64,6 +64,7 @@ func TestDebtsOutliveAFailure(t *testing.T) {
 	if res[0].Admitted {
 		t.Fatalf("300 past the budget admitted: %+v", res[0])
 	}
+	settle(a) // the charge's call, in the background, has failed: its debt is kept
 	r.down.Store(false)
 	for range idleHold + 2 { // syncs with no demand: the entry would be dropped, were it not for its debt
 		a.sync(context.Background(), now, false)

@@ -117,7 +117,8 @@ func cost(key string) int64 { return int64(len(key)) + EntryOverhead }
 
 // expire ends the leased units of a window that may no longer be used,
 // on Redis's clock. A fixed window's units count in the window they were
-// charged to: they end with it, and are no loss, as it has ended. A
+// charged to (a calendar window's, in its period): they end with it, and
+// are no loss, as it has ended. A
 // sliding window's count from the sub-window they were charged to, and
 // leave the window that much early if used later: they are used for at
 // most a sub-window or an interval, whichever is longer, then set aside
@@ -139,8 +140,7 @@ func (s *Store) expire(e *entry, rnow int64) {
 			e.gen++
 		}
 	case limit.FixedWindow:
-		win := e.limit.Fixed().Window.Microseconds()
-		if floorDiv(rnow, win) > floorDiv(e.leasedAt, win) {
+		if rnow >= e.limit.FixedPeriod(e.leasedAt).End {
 			// Ended. (A window after rnow's is one Redis answered in
 			// after this request was made.)
 			e.lease, e.leasedAt = 0, 0
@@ -157,12 +157,9 @@ func (s *Store) grant(e *entry, units, at int64) {
 	if units <= 0 {
 		return
 	}
-	if e.limit.Algorithm == limit.FixedWindow && e.lease > 0 {
-		win := e.limit.Fixed().Window.Microseconds()
-		if floorDiv(at, win) < floorDiv(e.leasedAt, win) {
-			s.lost.Add(uint64(units))
-			return
-		}
+	if e.limit.Algorithm == limit.FixedWindow && e.lease > 0 && at < e.limit.FixedPeriod(e.leasedAt).Start {
+		s.lost.Add(uint64(units))
+		return
 	}
 	s.expire(e, at)
 	e.lease += units

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
 // TestRefusalKeepsNoSmallerRequestOut: a leaky bucket of 10 an hour, hits
@@ -92,6 +93,15 @@ func runExactly(seed uint64) string {
 		keys = append(keys, key{name: fmt.Sprintf("k%d", k), limit: randomLimit(rng), always: rng.IntN(4) == 0, shadow: rng.IntN(6) == 0})
 	}
 	now := time.UnixMicro(1_800_000_000_000_000 + rng.Int64N(1_000_000_000))
+	for _, k := range keys {
+		if k.limit.IsCalendar() {
+			// A few seconds before the period ends, so that the sequence
+			// crosses its end: leases and debts must end with it.
+			end := k.limit.FixedPeriod(now.UnixMicro()).End
+			now = time.UnixMicro(end - rng.Int64N(3_000_000) - 1)
+			break
+		}
+	}
 	next := now.Add(interval)
 	var trace strings.Builder
 	ctx := context.Background()
@@ -159,12 +169,15 @@ func brief(r limit.Result) string {
 // reach it.
 func randomLimit(rng *rand.Rand) limit.Limit {
 	size := int64(1 + rng.IntN(20))
-	switch rng.IntN(4) {
+	switch rng.IntN(5) {
 	case 0:
 		res := time.Duration(1+rng.IntN(200)) * time.Millisecond
 		return limit.Limit{Algorithm: limit.SlidingWindow, Size: size, Window: res * time.Duration(1+rng.IntN(10)), Resolution: res}
 	case 1:
 		return limit.Limit{Algorithm: limit.FixedWindow, Size: size, Window: time.Duration(1+rng.IntN(2000)) * time.Millisecond}
+	case 2:
+		zones := []string{"", "Europe/Berlin", "Asia/Tokyo", "America/Los_Angeles"}
+		return limit.Limit{Algorithm: limit.FixedWindow, Size: size, Calendar: window.Day + window.Calendar(rng.IntN(4)), Zone: zones[rng.IntN(len(zones))]}
 	}
 	return limit.Limit{Size: size, DripRate: time.Duration(1+rng.IntN(300)) * time.Millisecond, DripSize: int64(1 + rng.IntN(3))}
 }

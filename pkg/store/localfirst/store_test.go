@@ -31,11 +31,14 @@ type remote struct {
 	// last is the latest time a call decided at: Redis's clock never goes
 	// back, so a call held and run late decides at the time it runs.
 	last time.Time
+	// callerClock decides at the time given, even earlier than the last,
+	// as a Redis store with the caller's clock does.
+	callerClock bool
 }
 
 // clock returns the time a call made at now decides at. Called with mu held.
 func (r *remote) clock(now time.Time) time.Time {
-	if now.Before(r.last) {
+	if now.Before(r.last) && !r.callerClock {
 		return r.last
 	}
 	r.last = now
@@ -116,6 +119,9 @@ func asRedisAnswers(st limit.State, l limit.Limit, now time.Time) limit.State {
 		res := l.Sliding().Resolution.Microseconds()
 		return limit.State{Counter: limit.Count(st, l, now), Timestamp: floorDiv(now.UnixMicro(), res) * res}
 	case limit.FixedWindow:
+		if l.IsCalendar() {
+			return limit.State{Counter: limit.Count(st, l, now), Timestamp: l.CountedPeriod(st, now).Start}
+		}
 		win := l.Fixed().Window.Microseconds()
 		return limit.State{Counter: limit.Count(st, l, now), Timestamp: floorDiv(now.UnixMicro(), win) * win}
 	}

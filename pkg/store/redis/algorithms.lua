@@ -6,7 +6,14 @@
 -- (pkg/window) for the windows. Lua numbers are doubles; every value stays
 -- at or below 2^53, where doubles are exact integers, as in the Go code.
 
-local SLIDING, FIXED = 1, 2
+local SLIDING, FIXED, CALENDAR = 1, 2, 3
+
+-- calendar_skew is the error of a call whose time is outside the periods
+-- the service sent for a calendar window.
+local function calendar_skew(now, first, last)
+  return format('calendar window: the time %d is outside the periods the service sent (%d to %d): ' ..
+    "Redis's clock and the service's differ by more than a period", now, first, last)
+end
 
 -- floor(a / b) is exact for integers 0 <= a <= MAX, 1 <= b <= MAX: the
 -- double quotient is rounded, but within this range never up to the next
@@ -120,7 +127,7 @@ end
 -- The windows' functions, made only by a call that has a window: Redis
 -- makes a script's functions anew on every call, and a call of leaky
 -- buckets alone should not pay for them.
-local decide_sliding, charge_sliding, decide_fixed
+local decide_sliding, charge_sliding, decide_fixed, decide_calendar
 local function define_windows()
   define_window_state()
   -- decide_sliding is window.Sliding.Decide: for the window whose newest
@@ -224,6 +231,35 @@ local function define_windows()
     if after > 0 then clear = finish end
     if admitted == 0 then reset = finish end
     return admitted, after, cur * win, remaining, clear, reset, clear
+  end
+
+  -- decide_calendar is window.CalendarFixed.Decide, charged by the
+  -- caller, on the periods the service sent: b0 to b3 bound the period
+  -- before the service's, its own and the one after, and the period is
+  -- picked among them by the time decided at (or the state's start, if
+  -- later: the clock stepped back).
+  decide_calendar = function(count, start, limit, b0, b1, b2, b3, hits, now)
+    if hits > MAX then hits = MAX elseif hits < -MAX then hits = -MAX end
+    local at = now
+    if start > at then at = start end
+    local from, to = b2, b3
+    if at < b1 then from, to = b0, b1 elseif at < b2 then from, to = b1, b2 end
+    if start < from then count = 0 end
+    local admitted, after = 0, count
+    if hits <= limit - count then
+      admitted, after = 1, count + hits
+      if after < 0 then after = 0 end
+    end
+    local remaining = 0
+    if admitted == 1 and after < limit then remaining = limit - after end
+    -- At least 1: past b3 (a state of a later period than any sent), the
+    -- count holds until the last period's end only.
+    local finish = to - now
+    if finish < 1 then finish = 1 end
+    local clear, reset = 0, 0
+    if after > 0 then clear = finish end
+    if admitted == 0 then reset = finish end
+    return admitted, after, from, remaining, clear, reset, clear
   end
 end
 

@@ -35,10 +35,10 @@ func decideArgs(now int64, keys []string, reqs []scriptRequest) []string {
 		start := len(shapes)
 		shapes = append(shapes, int64(len(r.buckets)))
 		for _, b := range r.buckets {
-			i := findLimit(limits, b)
+			i := findLimit(limits, b, r.ref)
 			if i < 0 {
 				i = len(limits)
-				limits = append(limits, scriptLimitOf(b))
+				limits = append(limits, scriptLimitOf(b, r.ref))
 			}
 			shapes = append(shapes, int64(i+1), b.Hits)
 		}
@@ -59,7 +59,7 @@ func decideArgs(now int64, keys []string, reqs []scriptRequest) []string {
 		endsArr [96]int
 	)
 	text, ends := textArr[:0], endsArr[:0]
-	if n := 5 + 4*len(limits) + len(shapes) + 2*len(reqs); n > len(endsArr) {
+	if n := 5 + 6*len(limits) + len(shapes) + 2*len(reqs); n > len(endsArr) {
 		text, ends = make([]byte, 0, 12*n), make([]int, 0, n)
 	}
 	text, ends = appendTime(text, ends, now)
@@ -75,9 +75,9 @@ func decideArgs(now int64, keys []string, reqs []scriptRequest) []string {
 	text, ends = appendArg(text, ends, int64(len(limits)))
 	for _, l := range limits {
 		text, ends = appendArg(text, ends, l.kind)
-		text, ends = appendArg(text, ends, l.p[0])
-		text, ends = appendArg(text, ends, l.p[1])
-		text, ends = appendArg(text, ends, l.p[2])
+		for _, v := range l.p[:l.n] {
+			text, ends = appendArg(text, ends, v)
+		}
 	}
 	text, ends = appendArg(text, ends, int64(len(starts)))
 	for _, v := range shapes {
@@ -142,12 +142,14 @@ func argStrings(text []byte, ends []int) []string {
 	return out
 }
 
-// scriptLimit is a bucket's limit as decide.lua takes it: kind
-// (algorithm*2 + shadow, plus 6 for a bucket that charges always) and
-// three parameters, made from of, shadow and always.
+// scriptLimit is a bucket's limit as decide.lua takes it: kind (the
+// script's algorithm*2 + shadow, plus 8 for a bucket that charges always)
+// and n parameters (3, or 5 for a calendar window), made from of, shadow
+// and always.
 type scriptLimit struct {
 	kind           int64
-	p              [3]int64
+	p              [5]int64
+	n              int
 	of             limit.Limit
 	shadow, always bool
 }
@@ -156,24 +158,27 @@ type scriptLimit struct {
 // call of many distinct ones sends some twice rather than search them all.
 const maxSearch = 16
 
-// scriptLimitOf returns b's limit as decide.lua takes it.
-func scriptLimitOf(b limit.Bucket) scriptLimit {
-	kind := 2 * int64(b.Limit.Algorithm)
+// scriptLimitOf returns b's limit as decide.lua takes it, a calendar
+// window's periods around the service's clock ref.
+func scriptLimitOf(b limit.Bucket, ref int64) scriptLimit {
+	kind := 2 * scriptAlgorithm(b.Limit)
 	if b.Shadow {
 		kind++
 	}
 	if b.Always {
-		kind += 6
+		kind += 8
 	}
-	return scriptLimit{kind: kind, p: params(b.Limit), of: b.Limit, shadow: b.Shadow, always: b.Always}
+	p, n := params(b.Limit, ref)
+	return scriptLimit{kind: kind, p: p, n: n, of: b.Limit, shadow: b.Shadow, always: b.Always}
 }
 
 // findLimit returns the index of b's limit in limits, or -1. It compares
 // the limits as given, not as sent: most buckets' limit is one already
-// there, and its parameters need not be worked out again.
-func findLimit(limits []scriptLimit, b limit.Bucket) int {
+// there, and its parameters need not be worked out again. A calendar
+// window's must also have been sent around a ref in the same period.
+func findLimit(limits []scriptLimit, b limit.Bucket, ref int64) int {
 	for i := len(limits) - 1; i >= max(0, len(limits)-maxSearch); i-- {
-		if l := &limits[i]; l.of == b.Limit && l.shadow == b.Shadow && l.always == b.Always {
+		if l := &limits[i]; l.of == b.Limit && l.shadow == b.Shadow && l.always == b.Always && l.around(ref) {
 			return i
 		}
 	}
@@ -193,22 +198,26 @@ func findShape(shapes []int64, starts []int, start int) int {
 	return -1
 }
 
-// params returns the three parameters decide.lua takes for a limit: size,
-// drip rate and drip size of a leaky bucket; limit, resolution and
-// sub-windows of a sliding window; limit, window and 0 of a fixed one.
-// Times are in microseconds; every limit is moved into its valid range, as
-// limit.DecideAll reads it (the scripts do not check).
-func params(l limit.Limit) [3]int64 {
-	switch l.Algorithm {
-	case limit.SlidingWindow:
+// params returns the parameters decide.lua takes for a limit, and how
+// many: size, drip rate and drip size of a leaky bucket; limit, resolution
+// and sub-windows of a sliding window; limit, window and 0 of a fixed one;
+// limit and four period bounds around ref of a calendar window
+// (calendarBounds). Times are in microseconds; every limit is moved into
+// its valid range, as limit.DecideAll reads it (the scripts do not check).
+func params(l limit.Limit, ref int64) ([5]int64, int) {
+	switch {
+	case l.IsCalendar():
+		b := calendarBounds(l, ref)
+		return [5]int64{l.CalendarWindow().Limit, b[0], b[1], b[2], b[3]}, 5
+	case l.Algorithm == limit.SlidingWindow:
 		w := l.Sliding()
-		return [3]int64{w.Limit, w.Resolution.Microseconds(), int64(w.SubWindows())}
-	case limit.FixedWindow:
+		return [5]int64{w.Limit, w.Resolution.Microseconds(), int64(w.SubWindows())}, 3
+	case l.Algorithm == limit.FixedWindow:
 		w := l.Fixed()
-		return [3]int64{w.Limit, w.Window.Microseconds(), 0}
+		return [5]int64{w.Limit, w.Window.Microseconds(), 0}, 3
 	}
 	b := l.Leaky().Clamped()
-	return [3]int64{b.Size, b.DripRate.Microseconds(), b.DripSize}
+	return [5]int64{b.Size, b.DripRate.Microseconds(), b.DripSize}, 3
 }
 
 // scriptArgs formats a script's numeric arguments into one buffer, made

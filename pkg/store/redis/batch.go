@@ -53,7 +53,7 @@ type batcher struct {
 type queued struct {
 	ctx     context.Context
 	since   time.Time // when it was queued
-	at      int64     // time to decide at, or -1 for Redis's
+	at      when      // time to decide at
 	mayWait bool      // it found its slot idle, and may wait for others
 	weight  int32     // its buckets' callWeights, at most maxCallBuckets (beside mayWait, in its padding)
 	keys    []string
@@ -79,7 +79,7 @@ func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 // submit queues a request and waits for its answer or the end of ctx. A
 // request abandoned at the end of ctx may still be decided, and charge:
 // the lost reply of the package documentation.
-func (b *batcher) submit(ctx context.Context, slot uint16, weight int, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
+func (b *batcher) submit(ctx context.Context, slot uint16, weight int, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
 	q := &queued{ctx: ctx, since: time.Now(), at: at, weight: int32(weight), keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
 		answer: make(chan error, 1)}
 	b.mu.Lock()
@@ -276,7 +276,7 @@ func (b *batcher) call(group []*queued) {
 	reqs := make([]scriptRequest, len(live))
 	for i, q := range live {
 		keys = append(keys, q.keys...)
-		reqs[i] = scriptRequest{at: q.at, buckets: q.buckets, results: q.results}
+		reqs[i] = scriptRequest{at: q.at.at, ref: q.at.ref, buckets: q.buckets, results: q.results}
 	}
 	// Straight to the connection pool: a call already gathers what a
 	// pipeline would, and several calls are out at once.

@@ -141,11 +141,11 @@ func BenchmarkCallSize(b *testing.B) {
 				run  func() error
 			}{
 				{"decide", func() error {
-					_, err := scriptExec{}.run(ctx, cs, -1, keys, buckets, results, before)
+					_, err := scriptExec{}.run(ctx, cs, when{at: -1}, keys, buckets, results, before)
 					return err
 				}},
 				{"lease", func() error {
-					_, err := runScript(ctx, cs, &leaseScript, keys, leaseArgs(-1, leases, index))
+					_, err := runScript(ctx, cs, &leaseScript, keys, leaseArgs(-1, 0, leases, index))
 					return err
 				}},
 			} {

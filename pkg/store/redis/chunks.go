@@ -102,7 +102,7 @@ type runFlags struct {
 // parallel, on their own nodes for the most part. After a failure the
 // parts left are not sent: the request fails, and they would only charge
 // what must then be undone.
-func (s *Store) decideRun(ctx context.Context, c *clients, at int64, run []*part, f *runFlags) {
+func (s *Store) decideRun(ctx context.Context, c *clients, at when, run []*part, f *runFlags) {
 	for _, p := range run {
 		if f.failed.Load() {
 			return
@@ -120,7 +120,7 @@ func (s *Store) decideRun(ctx context.Context, c *clients, at int64, run []*part
 
 // decidePart sends one part: charged, with each bucket's state before, for
 // undo; or as a peek, with rejector added.
-func (s *Store) decidePart(ctx context.Context, c *clients, at int64, p *part) {
+func (s *Store) decidePart(ctx context.Context, c *clients, at when, p *part) {
 	n := len(p.buckets)
 	p.sent = true
 	if !p.peek {

@@ -100,7 +100,7 @@ return {0}`)
 			for i, k := range keys {
 				leases[i], index[i] = Lease{Key: k, Limit: l, Return: 1000, At: time.Now().UnixMicro(), Ask: 1000}, i
 			}
-			_, err := runScript(ctx, cs, &leaseScript, keys, leaseArgs(-1, leases, index))
+			_, err := runScript(ctx, cs, &leaseScript, keys, leaseArgs(-1, 0, leases, index))
 			return err
 		}},
 		{"reference", func() error {

@@ -16,13 +16,15 @@
 -- ARGV[2]  the number of requests
 -- ARGV[3]  flags: 1 if each request has its own time, plus 2 if a key is
 --          there twice (or may be), in different requests
--- ARGV[4]  the number of limits; then per limit 4 arguments: kind
---          (algorithm*2 + shadow, plus 6 for a bucket that charges always)
---          and three parameters. The parameters of a leaky bucket
---          (algorithm 0) are size, drip rate (microseconds) and drip size;
---          of a sliding window (1) limit, resolution (microseconds) and the
---          number of sub-windows; of a fixed window (2) limit, window
---          (microseconds) and 0.
+-- ARGV[4]  the number of limits; then per limit its kind (algorithm*2 +
+--          shadow, plus 8 for a bucket that charges always) and its
+--          parameters: of a leaky bucket (algorithm 0) size, drip rate
+--          (microseconds) and drip size; of a sliding window (1) limit,
+--          resolution (microseconds) and the number of sub-windows; of a
+--          fixed window (2) limit, window (microseconds) and 0; of a
+--          calendar window (3) limit and 4 bounds (Unix microseconds): the
+--          starts of the period before the service's, of the service's
+--          and of the one after, and the end of that one (calendar.go).
 -- then     the number of shapes of request; then per shape its number of
 --          buckets and per bucket the index of its limit (from 1) and its
 --          hits
@@ -49,18 +51,27 @@ local now = time_now(ARGV[1])
 local timed = ARGV[3] == '1' or ARGV[3] == '3'
 local repeats = ARGV[3] == '2' or ARGV[3] == '3'
 
--- LIM holds each limit's algorithm, shadow and always flags and three
--- parameters, from offset 6*(index-1); SH each shape's number of buckets,
--- then per bucket its limit's offset in LIM and its hits, from offset
--- SHAPE[its index, as requests name it].
+-- LIM holds each limit's algorithm, shadow and always flags and its
+-- parameters (3, or a calendar window's 5), from offset 8*(index-1); SH
+-- each shape's number of buckets, then per bucket its limit's offset in
+-- LIM and its hits, from offset SHAPE[its index, as requests name it].
 local LIM, SH, SHAPE = {}, {}, {}
 local a = 5 -- the next argument
 for s = 1, tonumber(ARGV[4]) do
-  local o = 6 * s - 6
+  local o = 8 * s - 8
   local kind = tonumber(ARGV[a])
-  LIM[o + 1], LIM[o + 2], LIM[o + 3] = floor(kind / 2) % 3, kind % 2 == 1, kind >= 6
+  LIM[o + 1], LIM[o + 2], LIM[o + 3] = floor(kind / 2) % 4, kind % 2 == 1, kind >= 8
   LIM[o + 4], LIM[o + 5], LIM[o + 6] = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   a = a + 4
+  if LIM[o + 1] == CALENDAR then
+    LIM[o + 7], LIM[o + 8] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    a = a + 2
+    -- Redis's clock must be within the periods sent, or no period is
+    -- known to hold it: refused before anything is written.
+    if not timed and (now < LIM[o + 5] or now >= LIM[o + 8]) then
+      return redis.error_reply(calendar_skew(now, LIM[o + 5], LIM[o + 8]))
+    end
+  end
 end
 local q = 0
 for s = 1, tonumber(ARGV[a]) do
@@ -69,7 +80,7 @@ for s = 1, tonumber(ARGV[a]) do
   SH[q + 1] = n
   for i = 1, n do
     local h = ARGV[a + 2 * i + 1]
-    SH[q + 2 * i], SH[q + 2 * i + 1] = 6 * tonumber(ARGV[a + 2 * i]) - 6, h == '1' and 1 or tonumber(h)
+    SH[q + 2 * i], SH[q + 2 * i + 1] = 8 * tonumber(ARGV[a + 2 * i]) - 8, h == '1' and 1 or tonumber(h)
   end
   q, a = q + 1 + 2 * n, a + 1 + 2 * n
 end
@@ -184,11 +195,16 @@ for _ = 1, tonumber(ARGV[2]) do
         end
         k = k + #cs
         admitted, _, _, _, _, _, B[j + 4] = decide_sliding(start, cs, LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
-      else
+      elseif algo == FIXED then
         local c, t = load_state(v)
         out[k + 1], out[k + 2] = c, t
         k = k + 2
         admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide_fixed(c, t, LIM[o + 4], LIM[o + 5], hits, now)
+      else
+        local c, t = load_state(v)
+        out[k + 1], out[k + 2] = c, t
+        k = k + 2
+        admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide_calendar(c, t, LIM[o + 4], LIM[o + 5], LIM[o + 6], LIM[o + 7], LIM[o + 8], hits, now)
       end
     end
     B[j + 1] = admitted
@@ -250,11 +266,16 @@ for _ = 1, tonumber(ARGV[2]) do
           -- Past the limit: the hits are recorded all the same.
           c = c + hits
           if c > MAXSIZE then c = MAXSIZE end
-          _, c, t, _, _, _, ttl = decide_fixed(c, t, p1, p2, 0, now)
+          if algo == FIXED then
+            _, c, t, _, _, _, ttl = decide_fixed(c, t, p1, p2, 0, now)
+          else
+            _, c, t, _, _, _, ttl = decide_calendar(c, t, p1, p2, p3, LIM[o + 7], LIM[o + 8], 0, now)
+          end
         end
         local v = false
         if ttl > 0 then
-          -- Kept until the window ends (ms, rounded up).
+          -- Kept until the window (a calendar window's period) ends (ms,
+          -- rounded up).
           v = store_state(key, c, t, 'PX', px(ttl))
         elseif stored[i] then
           rcall('DEL', key) -- a refund emptied it

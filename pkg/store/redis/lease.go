@@ -56,7 +56,7 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	if _, ok := s.exec.(scriptExec); !ok {
 		return 0, errors.New("redis store: leases need the script mode")
 	}
-	at := s.at(now)
+	w := s.when(now)
 	type call struct {
 		index []int
 		keys  []string
@@ -73,7 +73,7 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	})
 	cs := s.client.Load()
 	inTurn(runs, func(c *call) {
-		vals, err := runScript(ctx, cs, &leaseScript, c.keys, leaseArgs(at, leases, c.index))
+		vals, err := runScript(ctx, cs, &leaseScript, c.keys, leaseArgs(w.at, w.ref, leases, c.index))
 		if err == nil && len(vals) != leaseFields*len(c.keys)+1 {
 			err = fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(c.keys))
 		}
@@ -110,39 +110,44 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 }
 
 // leaseArgs returns the arguments of lease.lua for the leases index
-// names: the time; each distinct limit once, its algorithm and three
-// parameters; then per bucket its limit's index (from 1), the units given
-// back, the time they were granted at (0 if none are) and the units asked
-// for. A sync's buckets share a few limits: Redis parses each once.
-func leaseArgs(at int64, leases []Lease, index []int) []string {
+// names: the time; each distinct limit once, its algorithm and parameters
+// (params, a calendar window's periods around the service's clock ref);
+// then per bucket its limit's index (from 1), the units given back, the
+// time they were granted at (0 if none are; a calendar window's, the
+// start of the period they were granted in) and the units asked for. A
+// sync's buckets share a few limits: Redis parses each once.
+func leaseArgs(at, ref int64, leases []Lease, index []int) []string {
 	limits := make([]scriptLimit, 0, 8)
 	which := make([]int, len(index))
 	for j, i := range index {
 		b := limit.Bucket{Limit: leases[i].Limit}
-		k := findLimit(limits, b)
+		k := findLimit(limits, b, ref)
 		if k < 0 {
 			k = len(limits)
-			limits = append(limits, scriptLimitOf(b))
+			limits = append(limits, scriptLimitOf(b, ref))
 		}
 		which[j] = k
 	}
-	a := newScriptArgs(2 + 4*len(limits) + 4*len(index))
+	a := newScriptArgs(2 + 6*len(limits) + 4*len(index))
 	a.now(at)
 	a.int(int64(len(limits)))
 	for _, l := range limits {
-		a.int(int64(l.of.Algorithm))
-		a.int(l.p[0])
-		a.int(l.p[1])
-		a.int(l.p[2])
+		a.int(scriptAlgorithm(l.of))
+		for _, v := range l.p[:l.n] {
+			a.int(v)
+		}
 	}
 	for j, i := range index {
 		l := &leases[i]
 		a.int(int64(which[j] + 1))
 		a.int(l.Return)
-		if l.Return > 0 {
-			a.int(l.At)
-		} else {
+		switch {
+		case l.Return <= 0:
 			a.int(0)
+		case l.Limit.IsCalendar():
+			a.int(l.Limit.FixedPeriod(l.At).Start)
+		default:
+			a.int(l.At)
 		}
 		a.int(l.Ask)
 	}

@@ -6,12 +6,15 @@
 --
 -- KEYS     the bucket keys, all in one hash slot
 -- ARGV[1]  the time in Unix microseconds, or "" to read the server's TIME
--- ARGV[2]  the number of limits; then per limit 4 arguments: its
---          algorithm (0 leaky bucket, 1 sliding window, 2 fixed window)
---          and three parameters (as decide.lua takes them)
+-- ARGV[2]  the number of limits; then per limit its algorithm (0 leaky
+--          bucket, 1 sliding window, 2 fixed window, 3 calendar window)
+--          and its parameters (3, or a calendar window's 5, as decide.lua
+--          takes them)
 -- then     per bucket, 4 arguments: the index of its limit (from 1), the
 --          units given back, the time they were granted at (Unix
---          microseconds; 0 if none are given back) and the units asked for
+--          microseconds; 0 if none are given back; a calendar window's,
+--          the start of the period they were granted in) and the units
+--          asked for
 -- Returns, per bucket: the units granted, its counter and timestamp
 -- afterwards (a window's count at the time decided at and the start of
 -- its current (sub-)window), and the time until it has room for one more
@@ -28,21 +31,39 @@ local function grant(admitted, ask, remaining)
   return remaining
 end
 
--- LIM holds each limit's algorithm and parameters, from offset 4*(index-1).
+-- LIM holds each limit's algorithm and parameters (3, or a calendar
+-- window's 5), from offset 6*(index-1).
 local LIM = {}
 local a = 3 -- the next argument
 for s = 1, tonumber(ARGV[2]) do
-  local o = 4 * s - 4
+  local o = 6 * s - 6
   LIM[o + 1], LIM[o + 2] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   LIM[o + 3], LIM[o + 4] = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   a = a + 4
+  if LIM[o + 1] == CALENDAR then
+    LIM[o + 5], LIM[o + 6] = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    a = a + 2
+    -- As decide.lua: the time decided at must be within the periods sent.
+    if now < LIM[o + 3] or now >= LIM[o + 6] then
+      return redis.error_reply(calendar_skew(now, LIM[o + 3], LIM[o + 6]))
+    end
+  end
+end
+
+-- decide_count is decide_fixed, or decide_calendar for a calendar window
+-- (algo 3), of the limit at offset o.
+local function decide_count(algo, o, c, t, hits)
+  if algo == FIXED then
+    return decide_fixed(c, t, LIM[o + 2], LIM[o + 3], hits, now)
+  end
+  return decide_calendar(c, t, LIM[o + 2], LIM[o + 3], LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
 end
 
 local out, k = {}, 0
 local _ -- the values a call returns that are not needed
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local o = 4 * tonumber(ARGV[a]) - 4
+  local o = 6 * tonumber(ARGV[a]) - 6
   local algo, p1, p2, p3 = LIM[o + 1], LIM[o + 2], LIM[o + 3], LIM[o + 4]
   -- Most buckets give nothing back, or ask nothing: '0' is not parsed.
   local ret, at, ask = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
@@ -118,7 +139,11 @@ for i = 1, #KEYS do
       c, t = after, cur
     else
       c, t = load_state(v)
-      if ret > 0 and v and floor(t / p2) == floor(at / p2) then
+      -- Units given back leave the window they were charged to, if it is
+      -- still the one counted: a calendar window's starts where at says.
+      local same = t == at
+      if algo == FIXED then same = floor(t / p2) == floor(at / p2) end
+      if ret > 0 and v and same then
         c = c - ret
         if c <= 0 then c, t = 0, 0 end
         if c > 0 then
@@ -127,14 +152,14 @@ for i = 1, #KEYS do
           rcall('DEL', key)
         end
       end
-      local admitted, after, cur, remaining, _, _, ttl = decide_fixed(c, t, p1, p2, 0, now)
+      local admitted, after, cur, remaining, _, _, ttl = decide_count(algo, o, c, t, 0)
       granted = grant(admitted, ask, remaining)
       if granted > 0 then
-        _, after, cur, _, _, _, ttl = decide_fixed(c, t, p1, p2, granted, now)
+        _, after, cur, _, _, _, ttl = decide_count(algo, o, c, t, granted)
         store_state(key, after, cur, 'PX', px(ttl))
       end
       c, t = after, cur
-      local fits, _, _, _, _, reset = decide_fixed(c, t, p1, p2, 1, now)
+      local fits, _, _, _, _, reset = decide_count(algo, o, c, t, 1)
       if fits == 0 then wait = reset end
     end
   end

@@ -30,6 +30,7 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for round := range 300 {
 		now := time.UnixMicro(1_760_000_000_000_000 + rng.Int64N(1e12))
+		s.refSkew = randomSkew(rng)
 		leases := make([]Lease, 1+rng.IntN(8))
 		states := make([]limit.State, len(leases))
 		for i := range leases {
@@ -45,8 +46,7 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 			case limit.SlidingWindow:
 				stored = encodeWindow(randomSlidingState(rng, l, now))
 			case limit.FixedWindow:
-				win := l.Window.Microseconds()
-				stored = encodeState(limit.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win})
+				stored = encodeState(randomFixedState(rng, l, now, s.refSkew))
 			default:
 				stored = encodeState(randomState(rng, l, now))
 			}

@@ -27,6 +27,7 @@ func TestScriptMatchesDecideInBatches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for round := range 1000 {
 		now := time.UnixMicro(1_760_000_000_000_000 + rng.Int64N(1e12))
+		skew := randomSkew(rng)
 		// A few keys, each with its limit and a state as Redis holds it.
 		pool := make([]string, 1+rng.IntN(4))
 		limits := map[string]limit.Limit{}
@@ -43,8 +44,7 @@ func TestScriptMatchesDecideInBatches(t *testing.T) {
 			case limit.SlidingWindow:
 				st = randomSlidingState(rng, l, now)
 			case limit.FixedWindow:
-				win := l.Window.Microseconds()
-				st = limit.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win}
+				st = randomFixedState(rng, l, now, skew)
 			default:
 				st = randomState(rng, l, now)
 			}
@@ -60,7 +60,7 @@ func TestScriptMatchesDecideInBatches(t *testing.T) {
 		var keys []string
 		for r := range reqs {
 			ks := rng.Perm(len(pool))[:1+rng.IntN(len(pool))]
-			reqs[r] = scriptRequest{at: -1, results: make([]limit.Result, len(ks))}
+			reqs[r] = scriptRequest{at: -1, ref: now.Add(skew).UnixMicro(), results: make([]limit.Result, len(ks))}
 			for _, k := range ks {
 				l := limits[pool[k]]
 				reqs[r].buckets = append(reqs[r].buckets, limit.Bucket{Key: pool[k], Limit: l, Hits: randomHits(rng, l),

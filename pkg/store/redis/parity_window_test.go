@@ -32,6 +32,7 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 	for round := range 3000 {
 		n := 1 + rng.IntN(4)
 		now := time.UnixMicro(1_760_000_000_000_000 + rng.Int64N(1e12))
+		s.refSkew = randomSkew(rng) // calendar windows' periods, sent around the service's clock
 		buckets := make([]limit.Bucket, n)
 		states := make([]limit.State, n)
 		for i := range buckets {
@@ -47,8 +48,7 @@ func TestScriptMatchesDecideWindows(t *testing.T) {
 				states[i] = randomSlidingState(rng, l, now)
 				stored = encodeWindow(states[i])
 			case limit.FixedWindow:
-				win := l.Window.Microseconds()
-				states[i] = limit.State{Counter: rng.Int64N(2*l.Size + 2), Timestamp: (now.UnixMicro()/win - rng.Int64N(3) + 1) * win}
+				states[i] = randomFixedState(rng, l, now, s.refSkew)
 				stored = encodeState(states[i])
 			default:
 				states[i] = randomState(rng, l, now)
@@ -145,6 +145,9 @@ func randomWindow(rng *rand.Rand) limit.Limit {
 	subs := pick(rng, 1, 2, 3, 10, 60, 1000, 1+rng.IntN(100))
 	if res >= window.MaxWindow/10 {
 		subs = 10
+	}
+	if rng.IntN(5) == 0 {
+		return randomCalendar(rng, size)
 	}
 	if rng.IntN(2) == 0 {
 		return limit.Limit{Algorithm: limit.FixedWindow, Size: size, Window: res * time.Duration(subs)}

@@ -43,14 +43,15 @@ func newScript(src string) luaScript {
 // scriptExec decides a slot's buckets in one script call.
 type scriptExec struct{}
 
-func (scriptExec) run(ctx context.Context, c *clients, now int64, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error) {
-	return runRequests(ctx, c, now, keys, []scriptRequest{{at: -1, buckets: buckets, results: results, before: before}})
+func (scriptExec) run(ctx context.Context, c *clients, w when, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error) {
+	return runRequests(ctx, c, w.at, keys, []scriptRequest{{at: -1, ref: w.ref, buckets: buckets, results: results, before: before}})
 }
 
 // scriptRequest is one request of a script call: its buckets, where their
 // results go, and, if not nil, where their states before the charge go.
 type scriptRequest struct {
 	at      int64 // the time to decide at, or -1 for the call's
+	ref     int64 // the service's clock, for calendar windows' periods (args.go)
 	buckets []limit.Bucket
 	results []limit.Result
 	before  []limit.State
@@ -150,7 +151,17 @@ func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string
 	a := newScriptArgs(1 + 6*len(changes))
 	a.now(now)
 	for _, ch := range changes {
-		a.int(int64(ch.limit.Algorithm))
+		a.int(scriptAlgorithm(ch.limit))
+		if ch.limit.IsCalendar() {
+			// The start of the period the hits were charged in: a charge
+			// leaves the state starting there (limit.Uncharge).
+			a.int(ch.hits)
+			a.int(ch.limit.FixedPeriod(ch.at).Start)
+			a.int(0)
+			a.int(0)
+			a.int(0)
+			continue
+		}
 		if ch.limit.Algorithm == limit.LeakyBucket {
 			a.int(ch.after.Counter)
 			a.int(ch.after.Timestamp)
@@ -159,7 +170,7 @@ func (scriptExec) undo(ctx context.Context, c *clients, now int64, keys []string
 			a.int(ceilMillis(ch.beforeTTL))
 			continue
 		}
-		p := params(ch.limit)
+		p, _ := params(ch.limit, ch.at)
 		a.int(ch.hits)
 		a.int(ch.at)
 		a.int(p[1])

@@ -51,7 +51,7 @@ const undoTimeout = time.Second
 // (decideRun). If a part rejects or fails, what the other parts charged
 // is undone, so a rejected request still charges nothing (but what
 // charges always).
-func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []string, buckets []limit.Bucket, results []limit.Result) error {
+func (s *Store) applySlots(ctx context.Context, c *clients, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
 	runs := s.split(keys, buckets)
 	var flags runFlags
 	parallel(runs, func(run []*part) { s.decideRun(ctx, c, at, run, &flags) })
@@ -96,7 +96,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 			undos = append(undos, us)
 		}
 	}
-	parallel(undos, func(run []*undo) { s.undoRun(ctx, c, at, run) })
+	parallel(undos, func(run []*undo) { s.undoRun(ctx, c, at.at, run) })
 	var windows []int // sliding windows undone, whose counts the undo does not return
 	for _, run := range undos {
 		for _, u := range run {
@@ -105,7 +105,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at int64, keys []str
 	}
 	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	s.rereadWindows(readCtx, c, at, windows, keys, buckets, results)
+	s.rereadWindows(readCtx, c, at.at, windows, keys, buckets, results)
 	if rejected && !unsent {
 		// Rejected for certain, whatever else failed. (Parts not sent, after
 		// a failure, leave their figures unknown and what charges always

@@ -135,18 +135,22 @@ type Store struct {
 	resetChannel string
 	cluster      bool
 	callerClock  bool
-	breakers     *breaker.Set // nil: none
-	log          *slog.Logger
+	// refSkew moves the service's clock that calendar windows' periods
+	// are sent around (when.ref) from the time Apply is given: only tests
+	// set it, to skew the two clocks.
+	refSkew  time.Duration
+	breakers *breaker.Set // nil: none
+	log      *slog.Logger
 }
 
 // executor decides buckets whose keys share a slot. now is Unix
 // microseconds, or -1 for the server's clock; both methods return the time
 // they used.
 type executor interface {
-	// run decides the buckets atomically with the all-or-nothing rule. If
-	// before is not nil, it receives each bucket as it was before being
-	// charged (dripped to now), for undo.
-	run(ctx context.Context, c *clients, now int64, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error)
+	// run decides the buckets atomically with the all-or-nothing rule, at
+	// w. If before is not nil, it receives each bucket as it was before
+	// being charged (dripped to now), for undo.
+	run(ctx context.Context, c *clients, w when, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error)
 	// undo takes back changes, atomically, and never rejects; it returns
 	// the buckets' states afterwards.
 	undo(ctx context.Context, c *clients, now int64, keys []string, changes []change) ([]limit.State, int64, error)
@@ -277,7 +281,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	if len(results) < len(buckets) {
 		return fmt.Errorf("redis store: %d results for %d buckets", len(results), len(buckets))
 	}
-	at := s.at(now)
+	at := s.when(now)
 	keys := s.keys(buckets)
 	c := s.client.Load()
 	if w := callWeights(buckets); w <= maxCallBuckets && (!s.cluster || sameSlot(keys)) {
@@ -301,6 +305,17 @@ func (s *Store) at(now time.Time) int64 {
 		return now.UnixMicro()
 	}
 	return -1
+}
+
+// when is the time a decision is made at: at, Unix microseconds, or -1
+// for the server's clock; and ref, the service's own clock then (Unix
+// microseconds), around which a calendar window's periods are sent for
+// the script to pick from by the time it decides at (args.go).
+type when struct{ at, ref int64 }
+
+// when returns the time of a decision Apply is asked for at now.
+func (s *Store) when(now time.Time) when {
+	return when{at: s.at(now), ref: now.Add(s.refSkew).UnixMicro()}
 }
 
 // keys returns the Redis keys of buckets.

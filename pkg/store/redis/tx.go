@@ -68,10 +68,10 @@ func watched(ctx context.Context, c goredis.UniversalClient, keys []string, atte
 	}
 }
 
-func (txExec) run(ctx context.Context, cs *clients, now int64, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error) {
+func (txExec) run(ctx context.Context, cs *clients, w when, keys []string, buckets []limit.Bucket, results []limit.Result, before []limit.State) (int64, error) {
 	var at int64
 	err := watched(ctx, cs.conn, keys, func(tx *goredis.Tx) error {
-		states, stored, t, err := readBuckets(ctx, tx, keys, now)
+		states, stored, t, err := readBuckets(ctx, tx, keys, w.at)
 		if err != nil {
 			return err
 		}

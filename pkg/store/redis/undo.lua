@@ -4,12 +4,14 @@
 -- KEYS[i]  the bucket keys, all in one hash slot
 -- ARGV[1]  the time in Unix microseconds, or "" to read the server's TIME
 -- ARGV[2+6*(i-1) ...] per bucket: its algorithm (0 leaky bucket, 1 sliding
---          window, 2 fixed window), then for a leaky bucket the counter and
---          timestamp the charge left, the counter and timestamp before it,
---          and the expiry (ms) of the state before it; for a window the
---          hits charged, the time they were charged at, the resolution or
---          window (microseconds), the number of sub-windows (1 for a fixed
---          window) and 0.
+--          window, 2 fixed window, 3 calendar window), then for a leaky
+--          bucket the counter and timestamp the charge left, the counter
+--          and timestamp before it, and the expiry (ms) of the state
+--          before it; for a window the hits charged, the time they were
+--          charged at (a calendar window's: the start of the period they
+--          were charged in), the resolution or window (microseconds; 0 for
+--          a calendar window), the number of sub-windows (1 for a fixed
+--          window, 0 for a calendar window) and 0.
 -- A leaky bucket nobody has changed since is put back exactly as it was;
 -- one that others changed meanwhile loses what the charge added, keeping
 -- its timestamp and expiry. A window loses the hits from the (sub-)window
@@ -42,11 +44,14 @@ for i = 1, #KEYS do
     for m = 1, #cs do
       c = c + cs[m]
     end
-  elseif algo == 2 then
-    -- Fixed window: less the hits, if it is still their window.
+  elseif algo == 2 or algo == 3 then
+    -- Fixed window: less the hits, if it is still their window (a
+    -- calendar window's: the period starting at at).
     local hits, at, win = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
     c, t = load_state(v)
-    if v and floor(t / win) == floor(at / win) then
+    local same = t == at
+    if algo == 2 then same = floor(t / win) == floor(at / win) end
+    if v and same then
       c = c - hits
       if c <= 0 then
         c, t = 0, 0

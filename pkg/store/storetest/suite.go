@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("ConcurrentWindows", func(t *testing.T) { testConcurrentWindows(t, newStore) })
 	t.Run("ConcurrentMixedHierarchy", func(t *testing.T) { testConcurrentMixed(t, newStore(t)) })
 	t.Run("ChargeAlwaysTables", func(t *testing.T) { runTables(t, newStore, chargeTables()) })
+	t.Run("CalendarTables", func(t *testing.T) { runTables(t, newStore, calendarTables()) })
 	t.Run("ConcurrentCharges", func(t *testing.T) { testConcurrentCharges(t, newStore) })
 }
 
