@@ -1,6 +1,7 @@
 // Package metrics exports the service's Prometheus metrics: calls and
-// their latency, decisions per limit, the store's latency and errors, the
-// local caches, config reloads, the memory store's size and the build.
+// their latency, decisions per limit, each configured limit's value, the
+// store's latency and errors, the local caches, config reloads, the memory
+// store's size and the build.
 //
 // Limits are labelled by their name or their path in the config, never by
 // the values of a request (unless the config asks for them with

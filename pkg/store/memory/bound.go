@@ -9,12 +9,12 @@ import (
 
 // BucketOverhead is what a bucket counts, in bytes, beside its key's
 // length: its map slot and the slots left free around it. A slot is the
-// key's string header (16), the entry (24) and a control byte: 41 bytes,
-// 48 once a 1024-slot table's 41 KB of groups are rounded up to whole
-// pages. Go's swiss tables are 7/16 to 7/8 full while they fill (55 to
-// 110 bytes a bucket), and less once evictions have left tombstones that
-// split them (about 130). TestBucketOverhead holds the figure within 35%
-// of the heap measured both ways.
+// key's string header (16), the entry (32, its limit's number for the
+// snapshots included) and a control byte: 49 bytes. Go's swiss tables are
+// 7/16 to 7/8 full while they fill (56 to 112 bytes a bucket), and less
+// once evictions have left tombstones that split them (about 145).
+// TestBucketOverhead holds the figure within 35% of the heap measured both
+// ways.
 const BucketOverhead = 88
 
 // cost is what a bucket with key counts against MaxBytes.
@@ -43,6 +43,7 @@ func (sh *shard) delete(key string) {
 
 // remove removes a bucket known to be there, and its bytes.
 func (sh *shard) remove(key string) {
+	sh.dirty = true
 	delete(sh.m, key)
 	sh.bytes -= cost(key)
 	if c, ok := sh.counts[key]; ok {
@@ -71,18 +72,32 @@ func (sh *shard) saveCounts(key string, counts []int64) {
 
 // save stores one decided bucket in its locked shard. request names the
 // buckets of the request being saved, which eviction must not pick.
-func (s *Store) save(sh *shard, key string, r limit.Result, now int64, request []limit.Bucket) {
+func (s *Store) save(sh *shard, b limit.Bucket, r limit.Result, now int64, request []limit.Bucket) {
 	if r.TTL <= 0 {
-		sh.delete(key) // empty: nothing to remember
+		sh.delete(b.Key) // empty: nothing to remember
 		return
 	}
+	sh.dirty = true
 	e := entry{counter: r.State.Counter, timestamp: r.State.Timestamp, expires: now + r.TTL.Microseconds()}
-	if _, ok := sh.m[key]; ok {
-		sh.m[key] = e
-		sh.saveCounts(key, r.State.Counts)
+	if old, ok := sh.m[b.Key]; ok {
+		e.limit = old.limit
+		if e.limit == 0 || sh.limits[e.limit-1] != b.Limit {
+			e.limit = sh.limitID(b.Limit)
+		}
+		sh.m[b.Key] = e
+		sh.saveCounts(b.Key, r.State.Counts)
 		return
 	}
-	c := cost(key) + countsCost(r.State.Counts)
+	e.limit = sh.limitID(b.Limit)
+	// The key may share memory with a longer one; keep only its own bytes.
+	s.add(sh, b.Key, e, r.State.Counts, now, request, strings.Clone)
+}
+
+// add keeps a bucket the shard does not hold, making room for it (save's,
+// and a snapshot's as it is read). own gives the key to keep, once it is
+// known to be kept.
+func (s *Store) add(sh *shard, key string, e entry, counts []int64, now int64, request []limit.Bucket, own func(string) string) {
+	c := cost(key) + countsCost(counts)
 	if c > s.perShardBytes {
 		// Larger than the shard's whole share of MaxBytes: the request was
 		// decided, but the bucket is not kept, as if evicted at once, rather
@@ -98,11 +113,46 @@ func (s *Store) save(sh *shard, key string, r limit.Result, now int64, request [
 			return
 		}
 	}
-	// The key may share memory with a longer one; keep only its own bytes.
-	key = strings.Clone(key)
+	key = own(key)
 	sh.m[key] = e
 	sh.bytes += cost(key)
-	sh.saveCounts(key, r.State.Counts)
+	sh.saveCounts(key, counts)
+}
+
+// maxShardLimits bounds the limits a shard tells apart for its snapshots,
+// against a flood of distinct limits sent by Envoy; beyond it, buckets
+// are saved without their limit (reconciled by their key alone).
+const maxShardLimits = 256
+
+// limitID returns the index, from 1, of l in the shard's limits, adding
+// it; 0 once the shard knows maxShardLimits others.
+func (sh *shard) limitID(l limit.Limit) uint32 {
+	if sh.limitIDs != nil {
+		if id, ok := sh.limitIDs[l]; ok {
+			return id
+		}
+	} else {
+		for i := range sh.limits {
+			if sh.limits[i] == l {
+				return uint32(i + 1)
+			}
+		}
+	}
+	if len(sh.limits) >= maxShardLimits {
+		return 0
+	}
+	sh.limits = append(sh.limits, l)
+	id := uint32(len(sh.limits))
+	switch {
+	case sh.limitIDs != nil:
+		sh.limitIDs[l] = id
+	case len(sh.limits) > 8: // past a few, a map beats comparing each
+		sh.limitIDs = make(map[limit.Limit]uint32, len(sh.limits))
+		for i, l := range sh.limits {
+			sh.limitIDs[l] = uint32(i + 1)
+		}
+	}
+	return id
 }
 
 // evict removes, of a few sampled buckets not in the current request, the

@@ -42,8 +42,14 @@ func (s *Store) Reset(ctx context.Context, keys []string) error {
 	for _, k := range keys {
 		sh := &s.shards[maphash.String(s.seed, k)&s.mask]
 		sh.mu.Lock()
-		sh.delete(k)
+		closed := s.closed() // the final snapshot may have read the shard
+		if !closed {
+			sh.delete(k)
+		}
 		sh.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
 	}
 	return nil
 }

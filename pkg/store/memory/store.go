@@ -10,6 +10,7 @@
 // draining, of a few sampled, makes room (Redis's volatile-ttl policy).
 // So are their bytes: each bucket counts its key's length and a fixed
 // overhead, so that long keys cannot grow the store past its memory bound.
+// A snapshot file (SnapshotOptions) keeps the buckets across restarts.
 package memory
 
 import (
@@ -44,9 +45,12 @@ type Options struct {
 	// buckets then leave only when a full shard needs room or Sweep is
 	// called.
 	SweepInterval time.Duration
-	// Clock gives the sweeper the time; nil means time.Now. Requests bring
-	// their own time.
+	// Clock gives the sweeper and the snapshots the time; nil means
+	// time.Now. Requests bring their own time.
 	Clock func() time.Time
+	// Snapshot keeps the buckets in a file across restarts; its zero value
+	// keeps none.
+	Snapshot SnapshotOptions
 }
 
 // DefaultMaxBuckets is the number of buckets the memory store keeps at
@@ -80,6 +84,13 @@ type Store struct {
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
+
+	clock    func() time.Time
+	snapshot SnapshotOptions // Path "" when off
+	snapDone chan struct{}   // closed when the periodic writer has stopped
+	snapMu   sync.Mutex      // one write at a time: they share Path.tmp
+	snapOK   atomic.Bool     // the file holds the buckets but for shards marked dirty
+	closeErr error           // the final snapshot's
 }
 
 type shard struct {
@@ -88,14 +99,20 @@ type shard struct {
 	// counts holds the sliding windows' counts, apart from m so that the
 	// other buckets' entries stay small; nil until a window is kept.
 	counts map[string][]int64
-	bytes  int64         // keys, counts and overhead held
-	_      [64 - 32]byte // with the fields above, a 64-byte cache line: no two shards' mutexes share one
+	bytes  int64 // keys, counts and overhead held
+	// limits are the distinct limits of the shard's buckets, which a
+	// snapshot saves with them; limitIDs indexes a long list.
+	limits   []limit.Limit
+	limitIDs map[limit.Limit]uint32
+	dirty    bool           // changed since a snapshot last copied it
+	_        [128 - 72]byte // with the fields above, two cache lines: no two shards' mutexes share one
 }
 
 // entry is a bucket's state but for a sliding window's counts.
 type entry struct {
 	counter, timestamp int64
-	expires            int64 // Unix microseconds
+	expires            int64  // Unix microseconds
+	limit              uint32 // its shard's limits[limit-1]; 0 if not known
 }
 
 // New returns an empty store and starts its sweeper. Close stops it.
@@ -140,6 +157,10 @@ func New(opts Options) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]entry)
 	}
+	s.clock = opts.Clock
+	if err := s.openSnapshot(opts.Snapshot); err != nil {
+		return nil, err
+	}
 	if opts.SweepInterval > 0 {
 		go s.sweepEvery(opts.SweepInterval, opts.Clock)
 	} else {
@@ -180,6 +201,11 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	if err := ctx.Err(); err != nil {
 		return err // the call ended while waiting for the locks
 	}
+	if s.closed() {
+		// Closed while waiting: the final snapshot may have read these
+		// shards already, and must hold every charge made.
+		return ErrClosed
+	}
 
 	us := now.UnixMicro()
 	states := stateBuf[:0]
@@ -190,7 +216,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	for i, b := range buckets {
 		// A rejected request changes nothing but the buckets that charge always.
 		if limit.Saves(b, admitted) {
-			s.save(&s.shards[ids[i]], b.Key, results[i], us, buckets)
+			s.save(&s.shards[ids[i]], b, results[i], us, buckets)
 		}
 	}
 	return nil
@@ -249,17 +275,33 @@ func insertSorted(ids []uint32, id uint32) []uint32 {
 
 // Check reports whether the store takes requests: nil until Close.
 func (s *Store) Check(context.Context) error {
+	if s.closed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) closed() bool {
 	select {
 	case <-s.stop:
-		return ErrClosed
+		return true
 	default:
-		return nil
+		return false
 	}
 }
 
-// Close stops the sweeper. Apply fails with ErrClosed afterwards.
+// Close stops the sweeper and, with snapshots, the periodic writer, then
+// writes the final snapshot: Apply fails with ErrClosed from the start of
+// Close, so the file holds every charge made. It returns the final
+// write's error.
 func (s *Store) Close() error {
-	s.once.Do(func() { close(s.stop) })
-	<-s.done
-	return nil
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		if s.snapshot.Path != "" {
+			<-s.snapDone
+			s.closeErr = s.finalSnapshot()
+		}
+	})
+	return s.closeErr
 }
