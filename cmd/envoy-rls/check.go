@@ -4,12 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
 // checkConfig validates a config file or directory: warnings and errors go
-// to stderr as file:line: field: message, a summary to stdout.
+// to stderr as file:line: field: message (a syntax error's followed by its
+// line and a caret), a summary to stdout.
 //
 // It reads -rate-limit-algorithm, -charge and -match (or their RLS_
 // variables) as serve does, since what a file means depends on them.
@@ -21,8 +23,8 @@ func (a *app) checkConfig(args []string) int {
 		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] PATH")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if err := parseArgs(fs, args); err != nil {
+		return a.flagsFailed("check-config", err)
 	}
 	if err := applyEnv(fs, a.lookupEnv); err != nil {
 		fmt.Fprintf(a.stderr, "envoy-rls check-config: %v\n", err)
@@ -41,7 +43,7 @@ func (a *app) checkConfig(args []string) int {
 	switch {
 	case errors.As(err, &cfgErr):
 		for _, p := range cfgErr.Problems {
-			fmt.Fprintln(a.stderr, p.String())
+			printProblem(a.stderr, p)
 		}
 		return exitError
 	case err != nil:
@@ -54,4 +56,14 @@ func (a *app) checkConfig(args []string) int {
 	}
 	fmt.Fprintf(a.stdout, "%s: valid: %d domain(s), %d limit(s) in %d file(s)\n", args[0], len(cfg.Domains()), limits, len(cfg.Files()))
 	return exitOK
+}
+
+// printProblem prints a config problem as file:line: field: message, and
+// for a syntax error the line's text and a caret under the mistake, on
+// the lines below.
+func printProblem(w io.Writer, p descriptors.Problem) {
+	fmt.Fprintln(w, p.String())
+	if x := p.Excerpt(); x != "" {
+		fmt.Fprintln(w, x)
+	}
 }

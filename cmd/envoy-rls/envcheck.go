@@ -27,7 +27,7 @@ func unknownSettings(environ []string, fs *flag.FlagSet) []string {
 			continue
 		}
 		msg := fmt.Sprintf("%s is set, but envoy-rls has no such setting: it has no effect", name)
-		if near := closest(name, names); near != "" {
+		if near := spell.Closest(name, names); near != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", near)
 		}
 		warnings = append(warnings, msg)
@@ -38,18 +38,6 @@ func unknownSettings(environ []string, fs *flag.FlagSet) []string {
 
 // testOnlyVariables are read by the project's tests, not by the service.
 var testOnlyVariables = map[string]bool{"RLS_REQUIRE_REDIS": true, "RLS_MEASURE": true}
-
-// closest returns the name of names nearest to name, if it is near enough
-// to be a misspelling (at most a third of its letters differ).
-func closest(name string, names []string) string {
-	best, bestDist := "", len(name)/3+1
-	for _, n := range names {
-		if d := spell.Distance(name, n); d < bestDist {
-			best, bestDist = n, d
-		}
-	}
-	return best
-}
 
 // settingsFlagSet is serve's flag set, for its names.
 func settingsFlagSet() *flag.FlagSet {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -15,7 +16,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-const explainUsage = "Usage: envoy-rls explain [-config PATH | -admin HOST:PORT] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-o text|json] DOMAIN key=value[,key=value...]..."
+const explainUsage = "Usage: envoy-rls explain [-config PATH | -admin HOST:PORT] [-bucket] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-o text|json] DOMAIN key=value[,key=value...]..."
 
 // explain walks descriptors through the config alone, as the service
 // would, and prints each level it reaches, its limits and bucket keys, and
@@ -29,6 +30,7 @@ func (a *app) explain(args []string) int {
 	fs.SetOutput(a.stderr)
 	config := fs.String("config", "config", "YAML config file or directory")
 	admin := fs.String("admin", "", "explain on a running service instead: its admin address (-admin-addr), host:port or an http(s) URL; the config in force there, and the buckets' state")
+	bucket := fs.Bool("bucket", false, "each argument after the domain is an RLQS BucketId: its pairs in any order, walked in the order the domain's tree asks for them")
 	cf := newConfigFlags(fs)
 	format := choice[string]{"text", []option[string]{{"text", "text"}, {"json", "json"}}}
 	fs.Var(&format, "o", "output: text, or json (POST /explain's JSON, without state)")
@@ -38,8 +40,8 @@ func (a *app) explain(args []string) int {
 	}
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			return exitUsage
+		if err := parseArgs(fs, args); err != nil {
+			return a.flagsFailed("explain", err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -71,10 +73,15 @@ func (a *app) explain(args []string) int {
 
 	var e *rls.Explanation
 	var err error
-	if *admin != "" {
+	switch {
+	case *admin != "" && *bucket && len(req.Descriptors) > 1:
+		err = errors.New("-admin explains one bucket at a time")
+	case *admin != "" && *bucket:
+		e, err = explainRemoteBucket(*admin, req)
+	case *admin != "":
 		e, err = explainRemote(*admin, req)
-	} else {
-		e, err = explainFile(*config, cf, req, a.stderr)
+	default:
+		e, err = explainFile(*config, cf, req, *bucket, a.stderr)
 	}
 	if err != nil {
 		if err != errReported {
@@ -98,21 +105,63 @@ func (a *app) explain(args []string) int {
 // errReported is an error explainFile has printed already.
 var errReported = errors.New("reported")
 
-// explainFile explains req from the config at path alone.
-func explainFile(path string, cf *configFlags, req *rlsv3.RateLimitRequest, stderr io.Writer) (*rls.Explanation, error) {
+// explainFile explains req from the config at path alone; with buckets,
+// each descriptor is a BucketId's pairs, ordered as the domain's tree asks
+// for them first.
+func explainFile(path string, cf *configFlags, req *rlsv3.RateLimitRequest, buckets bool, stderr io.Writer) (*rls.Explanation, error) {
 	cfg, _, err := cf.options().Load(path)
 	if err != nil {
 		var cfgErr *descriptors.Error
 		if errors.As(err, &cfgErr) {
 			for _, p := range cfgErr.Problems {
-				fmt.Fprintln(stderr, p.String())
+				printProblem(stderr, p)
 			}
 		} else {
 			fmt.Fprintln(stderr, err)
 		}
 		return nil, errReported
 	}
+	if buckets {
+		if err := orderBuckets(cfg, req); err != nil {
+			return nil, err
+		}
+	}
 	return rls.ExplainConfig(cfg, req, false)
+}
+
+// orderBuckets puts the entries of each descriptor of req, an RLQS
+// BucketId's pairs, in the order the domain's tree asks for them (those
+// no node asks for left at the end, where the walk stops).
+func orderBuckets(cfg *descriptors.Config, req *rlsv3.RateLimitRequest) error {
+	d := cfg.Domain(req.GetDomain())
+	if d == nil {
+		return nil // ExplainConfig says so
+	}
+	for i, desc := range req.Descriptors {
+		pairs := map[string]string{}
+		for _, e := range desc.GetEntries() {
+			if _, dup := pairs[e.GetKey()]; dup {
+				return fmt.Errorf("bucket %d names key %q twice: a BucketId is a map", i+1, e.GetKey())
+			}
+			pairs[e.GetKey()] = e.GetValue()
+		}
+		ordered := d.Order(pairs)
+		var entries []*ratelimitv3.RateLimitDescriptor_Entry
+		for _, e := range ordered {
+			entries = append(entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+			delete(pairs, e.Key)
+		}
+		rest := make([]string, 0, len(pairs))
+		for k := range pairs {
+			rest = append(rest, k)
+		}
+		slices.Sort(rest)
+		for _, k := range rest {
+			entries = append(entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: pairs[k]})
+		}
+		desc.Entries = entries
+	}
+	return nil
 }
 
 // writeExplanation prints an explanation for people: per descriptor, each
@@ -220,6 +269,9 @@ func writeLimit(w io.Writer, l rls.LimitExplanation) {
 				fmt.Fprintf(w, ", reset in %s", st.Reset)
 			}
 			fmt.Fprintln(w)
+			if p := st.Period; p != nil {
+				fmt.Fprintf(w, "        period: %s to %s (%s)\n", p.Start, p.End, p.TimeZone)
+			}
 		}
 	}
 }
@@ -230,6 +282,9 @@ func limitParams(l descriptors.LimitDescription) string {
 	case "sliding_window":
 		return fmt.Sprintf("sliding_window limit=%d window=%s resolution=%s", deref(l.Limit), l.Window, l.Resolution)
 	case "fixed_window":
+		if l.Calendar != "" {
+			return fmt.Sprintf("fixed_window limit=%d calendar=%s time_zone=%s", deref(l.Limit), l.Calendar, l.TimeZone)
+		}
 		return fmt.Sprintf("fixed_window limit=%d window=%s", deref(l.Limit), l.Window)
 	}
 	return fmt.Sprintf("leaky_bucket size=%d drip_rate=%s drip_size=%d", deref(l.Size), l.DripRate, l.DripSize)

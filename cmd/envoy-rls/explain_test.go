@@ -53,11 +53,21 @@ descriptor 2: client=internal
 		t.Errorf("search user=bob:\n%s", stdout)
 	}
 
+	// An RLQS bucket: its pairs in any order, walked as the tree asks.
+	a, stdout, stderr = testApp(nil)
+	if code := a.run(context.Background(), []string{"explain", "-bucket", "-config", "../../config", "api", "action=trade,user=alice"}); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout.String(), "descriptor 1: user=alice, action=trade\n") || !strings.Contains(stdout.String(), "bucket api|user=alice|action=trade") {
+		t.Errorf("explain -bucket action=trade,user=alice:\n%s", stdout)
+	}
+
 	for _, c := range []struct {
 		args []string
 		code int
 		want string
 	}{
+		{[]string{"explain", "-bucket", "-config", "../../config", "api", "user=a,user=b"}, exitError, `names key "user" twice`},
 		{[]string{"explain"}, exitUsage, "Usage: envoy-rls explain"},
 		{[]string{"explain", "api"}, exitUsage, "Usage: envoy-rls explain"},
 		{[]string{"explain", "-config", "../../config", "api", "user"}, exitUsage, `entry 0 ("user") has no '='`},

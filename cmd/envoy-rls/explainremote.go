@@ -22,11 +22,30 @@ const explainTimeout = 10 * time.Second
 // explainRemote asks the service whose admin port is at admin (host:port,
 // or an http:// or https:// URL) to explain req: POST /explain.
 func explainRemote(admin string, req *rlsv3.RateLimitRequest) (*rls.Explanation, error) {
-	u, err := explainURL(admin)
+	body, err := protojson.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	body, err := protojson.Marshal(req)
+	return postExplain(admin, body)
+}
+
+// explainRemoteBucket asks for the explanation of an RLQS bucket: req's
+// one descriptor, its entries a BucketId's pairs.
+func explainRemoteBucket(admin string, req *rlsv3.RateLimitRequest) (*rls.Explanation, error) {
+	pairs := map[string]string{}
+	for _, e := range req.GetDescriptors()[0].GetEntries() {
+		pairs[e.GetKey()] = e.GetValue()
+	}
+	body, err := json.Marshal(map[string]any{"domain": req.GetDomain(), "bucket_id": map[string]any{"bucket": pairs}})
+	if err != nil {
+		return nil, err
+	}
+	return postExplain(admin, body)
+}
+
+// postExplain posts body to the admin port's POST /explain.
+func postExplain(admin string, body []byte) (*rls.Explanation, error) {
+	u, err := explainURL(admin)
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,7 @@ type settings struct {
 	pipelineWindow      time.Duration
 	memoryMaxBuckets    int
 	memoryMaxBytes      byteSize
+	snapshot            *snapshotFlags
 	maxDescriptors      int
 	maxEntries          int
 	maxEntryBytes       int
@@ -84,6 +85,10 @@ type settings struct {
 	statsd              statsdSettings
 	refMetrics          refMetricsSettings
 	tracing             *tracingFlags
+	rlqs                *rlqsSettings
+	// reference is set when started as envoyproxy/ratelimit (its name, or
+	// -env envoyproxy): its variables were read.
+	reference bool
 	// envWarnings are the reference's variables read without their
 	// effect, to log once the logger is made.
 	envWarnings []string
@@ -239,6 +244,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.IntVar(&s.memoryMaxBuckets, "memory-max-buckets", memory.DefaultMaxBuckets, "most buckets the memory store keeps; beyond, those nearest to empty are dropped")
 	s.memoryMaxBytes = memory.DefaultMaxBytes
 	fs.Var(&s.memoryMaxBytes, "memory-max-bytes", "most `bytes` the memory store (and, with Redis, the local over-limit cache and the local fallback) keep, counting keys and per-bucket overhead, e.g. 256MiB")
+	s.snapshot = newSnapshotFlags(fs)
 	fs.IntVar(&s.maxDescriptors, "max-descriptors", rls.DefaultMaxDescriptors, "most descriptors in one request; more is InvalidArgument")
 	fs.IntVar(&s.maxEntries, "max-entries", rls.DefaultMaxEntries, "most entries in one descriptor; more is InvalidArgument")
 	fs.IntVar(&s.maxEntryBytes, "max-entry-bytes", rls.DefaultMaxEntryBytes, "most bytes in one entry's key or value; more is InvalidArgument")
@@ -248,6 +254,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long in-flight calls may take before the server stops anyway")
 	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
 	s.tracing = newTracingFlags(fs)
+	s.rlqs = newRLQSFlags(fs)
 	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the admin address (to find where time goes)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.Var(&s.failureMode, "failure-mode", "`what` to answer when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
@@ -271,7 +278,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 // set by an RLS_ variable.
 func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.Writer, reference bool) (*settings, error) {
 	fs, s := newFlagSet(output)
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -284,6 +291,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 		if err := applyEnvoyproxyEnv(fs, s, lookupEnv); err != nil {
 			return nil, err
 		}
+		s.reference = true
 	}
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis-batch-wait" })
@@ -405,6 +413,9 @@ func (s *settings) check() error {
 		return fmt.Errorf("-grpc-tls-cert and -grpc-tls-key go together")
 	case s.grpcTLSClientCA != "" && s.grpcTLSCert == "":
 		return fmt.Errorf("-grpc-tls-client-ca needs -grpc-tls-cert and -grpc-tls-key")
+	}
+	if err := s.snapshot.check(s.store.value); err != nil {
+		return err
 	}
 	return s.tracing.check()
 }

@@ -30,8 +30,8 @@ func (a *app) healthcheck(args []string) int {
 	useTLS := fs.Bool("tls", false, "connect with TLS, without verifying the certificate (the server is local); on when RLS_GRPC_TLS_CERT is set")
 	clientCert := fs.String("tls-client-cert", "", "PEM `file` of a client certificate, for a server that requires one")
 	clientKey := fs.String("tls-client-key", "", "PEM `file` of the client certificate's key")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if err := parseArgs(fs, args); err != nil {
+		return a.flagsFailed("healthcheck", err)
 	}
 	tlsGiven := false
 	fs.Visit(func(f *flag.Flag) { tlsGiven = tlsGiven || f.Name == "tls" })

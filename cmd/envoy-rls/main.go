@@ -78,9 +78,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 		a.usage(a.stdout)
 		return exitOK
 	default:
-		fmt.Fprintf(a.stderr, "envoy-rls: unknown command %q\n\n", cmd)
-		a.usage(a.stderr)
-		return exitUsage
+		return a.unknownCommand(cmd)
 	}
 }
 

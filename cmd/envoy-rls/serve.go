@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
 )
@@ -24,11 +24,10 @@ import (
 func (a *app) serve(ctx context.Context, args []string) int {
 	s, err := parseFlags(args, a.lookupEnv, a.stderr, a.name == referenceName)
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK // the flag package printed the flags
+		return exitOK // parseArgs printed the flags
 	}
 	if err != nil {
-		fmt.Fprintf(a.stderr, "envoy-rls: %v\nRun 'envoy-rls help' for the flags.\n", err)
-		return exitUsage
+		return a.usageError("", err)
 	}
 	log := s.logger(a.stderr)
 	for _, w := range s.envWarnings {
@@ -60,32 +59,47 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		}
 	}
 
-	st, err := openStore(s, m, log)
+	st, red, err := openStore(s, m, log)
 	if err != nil {
 		log.Error("cannot open the store", "store", s.store.String(), "err", err)
 		return exitError
 	}
-	defer st.Close()
+	defer st.Close() // after the drain, deferred below: a memory store's last snapshot holds every charge
+	reconcile := snapshotReconciler(s, st, log)
+	if cfg != nil {
+		reconcile(cfg)
+	}
 
 	opts := serviceOptions(s, st, cfg, m, log)
 	opts.Observer = ref.serviceObserver(m)
+	// The Rate Limit Quota Service divides the same limits: the RLS calls
+	// on a bucket it divides count as a subscriber's demand.
+	usage := &rlqs.Usage{}
+	var svc *rls.Service
+	quotas, err := quotaService(s, st, red, func() *descriptors.Config { return svc.Config() }, usage, m.RLQS(), log)
+	if err != nil {
+		log.Error("cannot start the rate limit quota service", "err", err)
+		return exitError
+	}
+	opts.Charges, opts.Quotas = usage, quotas
 	var stopTracing func()
 	if opts.Tracing, stopTracing, err = startTracing(ctx, s, log); err != nil {
 		log.Error("cannot trace", "err", err)
 		return exitError
 	}
 	defer stopTracing()
-	svc, err := rls.New(opts)
+	svc, err = rls.New(opts)
 	if err != nil {
 		log.Error("cannot start the service", "err", err)
 		return exitError
 	}
+	m.WatchLimits(svc.Config)
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	hs := health.NewServer()
 	rls.SetServing(hs, false)
-	srv, err := a.startServers(ctx, s, svc, hs, m.Handler(), ref.handler, log)
+	srv, err := a.startServers(ctx, s, svc, quotas, hs, m.Handler(), ref.handler, log)
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
@@ -93,7 +107,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 
 	var ready rls.Checker = st
 	if s.xds.address != "" {
-		x, err := xdsClient(s, svc, counters, func(u xdsconfig.UnknownField) { m.XDSUnknownField(u.Message, u.Number) }, log)
+		x, err := xdsClient(s, svc, counters, func(u xdsconfig.UnknownField) { m.XDSUnknownField(u.Message, u.Number) }, reconcile, log)
 		if err != nil {
 			log.Error("cannot take the config from the xDS server", "err", err)
 			return exitError
@@ -114,10 +128,14 @@ func (a *app) serve(ctx context.Context, args []string) int {
 	defer func() { <-resets }()
 	flushing := ref.run(ctx, s.statsd.interval)
 	defer func() { <-flushing }()
-	log.Info("envoy-rls serving", "version", version(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),
+	attrs := []any{"version", version(), "mode", s.mode(), "grpc", srv.addrs.grpc.String(), "http", srv.addrs.http.String(),
 		"admin", srv.addrs.adminString(), "tls", s.grpcTLSCert != "", "http_json", srv.json, "store", s.store.String(),
 		"failure_mode", s.failureMode.String(), "config", configSource(s), "domains", domainCount(svc.Config()),
-		"gogc", gc.describePercent(), "gomemlimit", gc.describeLimit())
+		"gogc", gc.describePercent(), "gomemlimit", gc.describeLimit()}
+	if d := s.dropIn(); d != "" {
+		attrs = append(attrs, "drop_in", d)
+	}
+	log.Info("envoy-rls serving", attrs...)
 	if a.ready != nil {
 		a.ready(srv.addrs)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/envoy-rls/envoy-rls/pkg/certs"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -47,6 +48,7 @@ func (l listenAddrs) adminString() string {
 // servers are the gRPC, HTTP and admin servers of a running service.
 type servers struct {
 	grpc   *grpc.Server
+	quotas *rlqs.Service // its streams end after the drain
 	http   []*http.Server
 	addrs  listenAddrs
 	json   bool       // POST /json is served
@@ -59,7 +61,7 @@ const streamWorkers = 256
 
 // startServers listens on every address of s and serves there until
 // shutdown. Nothing listens if one address cannot be had.
-func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, hs *health.Server, metrics, refMetrics http.Handler, log *slog.Logger) (*servers, error) {
+func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, quotas *rlqs.Service, hs *health.Server, metrics, refMetrics http.Handler, log *slog.Logger) (*servers, error) {
 	// Calls run on long-lived workers, whose stacks have grown to what a
 	// call needs: a goroutine per call would start small and grow its stack
 	// on every call that reaches Redis (copying it, up to an eighth of the
@@ -120,7 +122,8 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, h
 	}
 
 	srv := &servers{
-		grpc:   rls.NewGRPCServer(svc, hs, log, grpcOpts...),
+		grpc:   rls.NewGRPCServer(svc, quotas, hs, log, grpcOpts...),
+		quotas: quotas,
 		addrs:  listenAddrs{grpc: grpcLis.Addr(), http: httpLis.Addr()},
 		json:   jsonOn,
 		failed: make(chan error, 4),
@@ -164,6 +167,11 @@ func (srv *servers) drain(hs *health.Server, delay, timeout time.Duration, log *
 		time.Sleep(delay)
 	}
 	log.Info("shutting down: no new calls, finishing those in flight", "timeout", timeout)
+	if srv.quotas != nil {
+		// RLQS streams last as long as their Envoys: ended now, each Envoy
+		// keeps its assignments until their TTL while it reconnects.
+		srv.quotas.Close()
+	}
 	srv.shutdown(timeout, log)
 }
 

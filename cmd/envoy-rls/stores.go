@@ -25,19 +25,23 @@ type store interface {
 	Close() error
 }
 
-func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error) {
+// openStore opens the store -store asks for, and returns with it the Redis
+// store underneath, if any (what RLQS replicas share subscribers through).
+func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, *redis.Store, error) {
 	memOpts := memory.Options{MaxBuckets: s.memoryMaxBuckets, MaxBytes: int64(s.memoryMaxBytes)}
 	if s.store.value == memoryStore {
+		memOpts.Snapshot = s.snapshot.options(log) // not the fallback store's: it holds an outage's counts
 		st, err := memory.New(memOpts)
-		if err == nil {
-			m.WatchBuckets(st.Len, st.Bytes, st.Evictions)
+		if err != nil {
+			return nil, nil, snapshotHint(err)
 		}
-		return st, err
+		m.WatchBuckets(st.Len, st.Bytes, st.Evictions)
+		return st, nil, nil
 	}
 	goredis.SetLogger(redisLog{log})
 	password, err := readSecret(s.redisPasswordFile)
 	if err != nil {
-		return nil, fmt.Errorf("-redis-password-file: %w", err)
+		return nil, nil, fmt.Errorf("-redis-password-file: %w", err)
 	}
 	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
 	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait,
@@ -57,7 +61,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 			WriteTimeout:     s.redisWriteTimeout,
 		}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m.WatchBreakers(func() int { return len(st.BreakersOpen()) })
 	// The over-limit cache takes its share of the bytes (serviceOptions);
@@ -74,20 +78,20 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, error)
 		lf, err := localfirst.New(st, localfirst.Options{Interval: s.syncInterval, MaxBytes: tableBytes, Logger: log})
 		if err != nil {
 			st.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		if s.failureMode.value != failLocal {
 			m.WatchBuckets(lf.Len, lf.Bytes, nil)
-			return lf, nil
+			return lf, st, nil
 		}
 		primary = lf
 	}
 	if s.failureMode.value != failLocal {
-		return st, nil
+		return st, st, nil
 	}
 	fb := fallback.New(primary, fallback.Options{Local: memOpts, Timeout: s.storeTimeout, OnSwitch: m.StoreSwitch, Logger: log})
 	m.WatchBuckets(fb.Len, fb.Bytes, nil) // a local store lives for one outage: no running count
-	return fb, nil
+	return fb, st, nil
 }
 
 // cacheBytes is the share of -memory-max-bytes the local over-limit cache

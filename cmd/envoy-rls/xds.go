@@ -17,8 +17,8 @@ import (
 )
 
 // xdsClient is the subscription -config-xds asks for: each accepted
-// config replaces the service's.
-func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsconfig.UnknownField), log *slog.Logger) (*xdsconfig.Client, error) {
+// config replaces the service's, once before has seen it.
+func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsconfig.UnknownField), before func(*descriptors.Config), log *slog.Logger) (*xdsconfig.Client, error) {
 	creds, err := s.xds.credentials()
 	if err != nil {
 		return nil, err
@@ -26,6 +26,7 @@ func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsc
 	return &xdsconfig.Client{
 		Address: s.xds.address, NodeID: s.xds.nodeID, Credentials: creds, Options: s.configOptions(), Log: log,
 		OnConfig: func(cfg *descriptors.Config) {
+			before(cfg)
 			svc.SetConfig(cfg)
 			m.ConfigReload(true)
 			log.Info("config from the xDS server", "domains", len(cfg.Domains()))

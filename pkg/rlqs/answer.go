@@ -256,6 +256,7 @@ func (st *stream) abandoned(b *sub, view map[string][]Entry, now time.Time) bool
 		return false
 	}
 	delete(st.subs, b.key)
+	st.svc.buckets.Add(-1)
 	st.unwatch(b)
 	return true
 }

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -38,69 +39,71 @@ type Registry interface {
 
 // MemoryRegistry is a Registry in process, for one replica: the memory
 // store's, and the one the failure mode local falls back to. It is safe
-// for concurrent use.
+// for concurrent use. A level's entries are a short list, not a map: most
+// levels have a few subscribers, and a map of one costs a kilobyte.
 type MemoryRegistry struct {
 	mu     sync.Mutex
-	levels map[string]map[string]held
+	levels map[string][]held
 	swept  time.Time
 }
 
 type held struct {
-	Entry
-	until time.Time
+	instance string
+	demand   float64
+	active   int64
+	until    int64 // Unix nanoseconds
 }
 
 // NewMemoryRegistry returns an empty registry.
 func NewMemoryRegistry() *MemoryRegistry {
-	return &MemoryRegistry{levels: map[string]map[string]held{}}
+	return &MemoryRegistry{levels: map[string][]held{}}
 }
 
 // Publish implements Registry.
 func (m *MemoryRegistry) Publish(_ context.Context, now time.Time, ttl time.Duration, entries []Entry) (map[string][]Entry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	until := now.Add(ttl)
+	until := now.Add(ttl).UnixNano()
 	for _, e := range entries {
 		lv := m.levels[e.Level]
-		if lv == nil {
-			lv = map[string]held{}
-			m.levels[e.Level] = lv
+		h := held{instance: e.Instance, demand: e.Demand, active: e.Active, until: until}
+		i := slices.IndexFunc(lv, func(h held) bool { return h.instance == e.Instance })
+		if i >= 0 {
+			lv[i] = h
+		} else {
+			m.levels[e.Level] = append(lv, h)
 		}
-		lv[e.Instance] = held{Entry: e, until: until}
 	}
+	at := now.UnixNano()
 	out := make(map[string][]Entry, len(entries))
 	for _, e := range entries {
 		if _, done := out[e.Level]; done {
 			continue
 		}
-		var live []Entry
-		for id, h := range m.levels[e.Level] {
-			if now.After(h.until) {
-				delete(m.levels[e.Level], id)
-				continue
-			}
-			live = append(live, h.Entry)
+		lv := slices.DeleteFunc(m.levels[e.Level], func(h held) bool { return at > h.until })
+		m.levels[e.Level] = lv
+		live := make([]Entry, len(lv))
+		for i, h := range lv {
+			live[i] = Entry{Level: e.Level, Instance: h.instance, Demand: h.demand, Active: h.active}
 		}
 		out[e.Level] = live
 	}
 	if now.Sub(m.swept) > ttl {
-		m.sweep(now)
+		m.sweep(at)
+		m.swept = now
 	}
 	return out, nil
 }
 
 // sweep drops every entry past its TTL, so that levels no one publishes
 // again cost nothing.
-func (m *MemoryRegistry) sweep(now time.Time) {
-	m.swept = now
+func (m *MemoryRegistry) sweep(at int64) {
 	for level, lv := range m.levels {
-		for id, h := range lv {
-			if now.After(h.until) {
-				delete(lv, id)
-			}
-		}
+		lv = slices.DeleteFunc(lv, func(h held) bool { return at > h.until })
 		if len(lv) == 0 {
 			delete(m.levels, level)
+		} else {
+			m.levels[level] = lv
 		}
 	}
 }
@@ -110,11 +113,11 @@ func (m *MemoryRegistry) Withdraw(_ context.Context, instance string, levels []s
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range levels {
-		if lv := m.levels[l]; lv != nil {
-			delete(lv, instance)
-			if len(lv) == 0 {
-				delete(m.levels, l)
-			}
+		lv := slices.DeleteFunc(m.levels[l], func(h held) bool { return h.instance == instance })
+		if len(lv) == 0 {
+			delete(m.levels, l)
+		} else {
+			m.levels[l] = lv
 		}
 	}
 	return nil

@@ -76,11 +76,11 @@ type Options struct {
 	FailureMode FailureMode
 	// StoreTimeout bounds each store and registry call; default 1s.
 	StoreTimeout time.Duration
-	// MaxStreams, MaxBuckets (per stream) and MaxBucketsPerReport cap what
-	// a client may hold; 0 means the Default* caps. MaxEntries and
-	// MaxEntryBytes cap a BucketId's pairs and each key or value, as they
-	// cap an RLS descriptor.
-	MaxStreams, MaxBuckets, MaxBucketsPerReport, MaxEntries, MaxEntryBytes int
+	// MaxStreams, MaxBuckets (per stream), MaxTotalBuckets (all streams
+	// together) and MaxBucketsPerReport cap what clients may hold; 0 means
+	// the Default* caps. MaxEntries and MaxEntryBytes cap a BucketId's
+	// pairs and each key or value, as they cap an RLS descriptor.
+	MaxStreams, MaxBuckets, MaxTotalBuckets, MaxBucketsPerReport, MaxEntries, MaxEntryBytes int
 }
 
 // The default caps and times.
@@ -88,6 +88,7 @@ const (
 	DefaultAbandonAfter        = 10 * time.Minute
 	DefaultMaxStreams          = 10000
 	DefaultMaxBuckets          = 10000
+	DefaultMaxTotalBuckets     = 20000 // about 1.5 KiB each with two levels, in all 30 MiB
 	DefaultMaxBucketsPerReport = 10000
 	DefaultMaxEntries          = 32
 	DefaultMaxEntryBytes       = 4096
@@ -104,6 +105,7 @@ type Service struct {
 
 	next    atomic.Uint64 // stream numbers
 	streams atomic.Int64
+	buckets atomic.Int64 // subscribed, all streams together
 	mu      sync.Mutex
 	open    map[*stream]struct{} // for Inspect and Close
 	closing chan struct{}
@@ -143,6 +145,7 @@ func New(opts Options) (*Service, error) {
 	}
 	def(&opts.MaxStreams, DefaultMaxStreams)
 	def(&opts.MaxBuckets, DefaultMaxBuckets)
+	def(&opts.MaxTotalBuckets, DefaultMaxTotalBuckets)
 	def(&opts.MaxBucketsPerReport, DefaultMaxBucketsPerReport)
 	def(&opts.MaxEntries, DefaultMaxEntries)
 	def(&opts.MaxEntryBytes, DefaultMaxEntryBytes)

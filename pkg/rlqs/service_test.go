@@ -390,14 +390,30 @@ func TestCloseEndsStreams(t *testing.T) {
 	}
 }
 
-// TestBucketCapPerStream: a stream past its bucket cap gets nothing for
-// the extra buckets (its Envoy's own default applies), the others served.
-func TestBucketCapPerStream(t *testing.T) {
-	h := newHarness(t, testConfig, Options{MaxBuckets: 2})
+// TestBucketCaps: a stream past its bucket cap, or all streams past
+// theirs, get nothing for the extra buckets (their Envoy's own default
+// applies), the others served; a stream that ends frees its part.
+func TestBucketCaps(t *testing.T) {
+	h := newHarness(t, testConfig, Options{MaxBuckets: 2, MaxTotalBuckets: 3})
 	e := h.envoy(t, "edge")
-	acts := e.mustReport(usage{bucket: alice(), allowed: 1}, usage{bucket: map[string]string{"user": "bob"}, allowed: 1},
-		usage{bucket: map[string]string{"user": "carol"}, allowed: 1})
+	bob, carol := map[string]string{"user": "bob"}, map[string]string{"user": "carol"}
+	acts := e.mustReport(usage{bucket: alice(), allowed: 1}, usage{bucket: bob, allowed: 1}, usage{bucket: carol, allowed: 1})
 	if len(acts) != 2 {
-		t.Fatalf("%d actions for 3 buckets on a cap of 2", len(acts))
+		t.Fatalf("%d actions for 3 buckets on a cap of 2 a stream", len(acts))
+	}
+	other := h.envoy(t, "edge")
+	if acts := other.mustReport(usage{bucket: alice(), allowed: 1}, usage{bucket: bob, allowed: 1}); len(acts) != 1 {
+		t.Fatalf("%d actions for a second stream's 2 buckets, 2 of 3 held already", len(acts))
+	}
+	e.stream.CloseSend()
+	if _, err := e.stream.Recv(); err == nil {
+		t.Fatal("the stream did not end")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for h.svc.buckets.Load() != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if acts := other.mustReport(usage{bucket: bob, allowed: 1}); len(acts) != 1 {
+		t.Fatalf("a bucket refused after the other stream freed its 2: %d actions", len(acts))
 	}
 }

@@ -157,14 +157,16 @@ func (st *stream) subscribe(id *rlqsv3.BucketId, cfg *descriptors.Config, now ti
 	if b := st.subs[key]; b != nil {
 		return b
 	}
-	if len(st.subs) >= st.svc.opts.MaxBuckets {
+	svc := st.svc
+	if len(st.subs) >= svc.opts.MaxBuckets || svc.buckets.Load() >= int64(svc.opts.MaxTotalBuckets) {
 		if !st.full {
 			st.full = true
-			st.svc.log.Warn("rlqs: a stream reports more buckets than -rlqs-max-buckets; the others are sent nothing",
-				"stream", st.instance, "domain", st.domain, "cap", st.svc.opts.MaxBuckets)
+			svc.log.Warn("rlqs: a stream reports more buckets than -rlqs-max-buckets, or all streams together than -rlqs-max-buckets-total; the others are sent nothing",
+				"stream", st.instance, "domain", st.domain, "per_stream", svc.opts.MaxBuckets, "total", svc.opts.MaxTotalBuckets)
 		}
 		return nil
 	}
+	svc.buckets.Add(1)
 	b := &sub{id: id, key: key, active: now}
 	b.resolve(cfg, st.domain)
 	st.subs[key] = b
@@ -229,6 +231,7 @@ func (st *stream) charge(b *sub, allowed uint64) {
 func (st *stream) withdraw() {
 	st.mu.Lock()
 	levels := make([]string, 0, len(st.published))
+	st.svc.buckets.Add(-int64(len(st.subs)))
 	for k := range st.published {
 		levels = append(levels, k)
 		if st.svc.opts.Usage != nil {

@@ -116,3 +116,17 @@ func RecoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		return handler(ctx, req)
 	}
 }
+
+// RecoverStream is RecoverUnary for streams (the Rate Limit Quota
+// Service's): a panic ends the stream with Internal, not the process.
+func RecoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(srv, ss)
+	}
+}

@@ -3,6 +3,7 @@ package rls
 import (
 	"log/slog"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -18,20 +19,29 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // grpc.health.v1, which probes written for it ask about.
 const HealthName = "ratelimit"
 
-// NewGRPCServer returns a gRPC server with svc, the health service hs and
-// reflection (for grpcurl and the like) registered, handler panics turned
-// into Internal errors, and a span per ShouldRateLimit call if svc traces.
-func NewGRPCServer(svc *Service, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
-	opts = append(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log))}, svc.grpcTracing()...), opts...)
+// NewGRPCServer returns a gRPC server with svc, the Rate Limit Quota
+// Service quotas (if not nil), the health service hs and reflection (for
+// grpcurl and the like) registered, handler panics turned into Internal
+// errors, and a span per ShouldRateLimit call if svc traces.
+func NewGRPCServer(svc *Service, quotas rlqsv3.RateLimitQuotaServiceServer, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+	opts = append(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log)), grpc.ChainStreamInterceptor(RecoverStream(log))},
+		svc.grpcTracing()...), opts...)
 	g := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	if quotas != nil {
+		rlqsv3.RegisterRateLimitQuotaServiceServer(g, quotas)
+	}
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	return g
 }
 
-// SetServing marks the overall server (""), the rate-limit service and
-// HealthName as serving or not in hs.
+// QuotaServiceName is the gRPC name of the Rate Limit Quota Service, also
+// its name in grpc.health.v1.
+const QuotaServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+
+// SetServing marks the overall server (""), the rate-limit service,
+// HealthName and the Rate Limit Quota Service as serving or not in hs.
 func SetServing(hs *health.Server, serving bool) {
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if serving {
@@ -40,4 +50,5 @@ func SetServing(hs *health.Server, serving bool) {
 	hs.SetServingStatus("", st)
 	hs.SetServingStatus(ServiceName, st)
 	hs.SetServingStatus(HealthName, st)
+	hs.SetServingStatus(QuotaServiceName, st)
 }

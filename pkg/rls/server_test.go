@@ -27,7 +27,7 @@ func serve(t *testing.T, svc *Service) *grpc.ClientConn {
 	t.Helper()
 	hs := health.NewServer()
 	SetServing(hs, true)
-	g := NewGRPCServer(svc, hs, slog.New(slog.DiscardHandler))
+	g := NewGRPCServer(svc, nil, hs, slog.New(slog.DiscardHandler))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

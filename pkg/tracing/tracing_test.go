@@ -75,7 +75,7 @@ func serveGRPC(t testing.TB, svc *rls.Service) *grpc.ClientConn {
 		t.Fatal(err)
 	}
 	hs := health.NewServer()
-	s := rls.NewGRPCServer(svc, hs, slog.New(slog.DiscardHandler))
+	s := rls.NewGRPCServer(svc, nil, hs, slog.New(slog.DiscardHandler))
 	go s.Serve(l)
 	t.Cleanup(s.Stop)
 	servers.Store(t, s)

@@ -106,7 +106,7 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := rls.NewGRPCServer(svc, health.NewServer(), log)
+		g := rls.NewGRPCServer(svc, nil, health.NewServer(), log)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+)
+
+// rlqsSettings are the -rlqs-* flags: the Rate Limit Quota Service, served
+// on the gRPC port beside RLS.
+type rlqsSettings struct {
+	unmatched           choice[rlqs.Kind]
+	abandonAfter        time.Duration
+	maxStreams          int
+	maxBuckets          int
+	maxTotalBuckets     int
+	maxBucketsPerReport int
+}
+
+func newRLQSFlags(fs *flag.FlagSet) *rlqsSettings {
+	r := &rlqsSettings{unmatched: choice[rlqs.Kind]{rlqs.AllowAll, []option[rlqs.Kind]{{"allow", rlqs.AllowAll}, {"deny", rlqs.DenyAll}}}}
+	fs.Var(&r.unmatched, "rlqs-unmatched", "what an RLQS bucket the config has no limit for is sent: allow (ALLOW_ALL) or deny (DENY_ALL)")
+	fs.DurationVar(&r.abandonAfter, "rlqs-abandon-after", rlqs.DefaultAbandonAfter, "an RLQS bucket no Envoy reported a request of for this long is abandoned (AbandonAction), its state freed")
+	fs.IntVar(&r.maxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams, "the most RLQS streams at once; beyond, ResourceExhausted")
+	fs.IntVar(&r.maxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "the most buckets one RLQS stream reports; beyond, new buckets are sent nothing")
+	fs.IntVar(&r.maxTotalBuckets, "rlqs-max-buckets-total", rlqs.DefaultMaxTotalBuckets, "the most buckets all RLQS streams of this replica report together (each holds about 1.5 KiB with its levels); beyond, new buckets are sent nothing")
+	fs.IntVar(&r.maxBucketsPerReport, "rlqs-max-buckets-per-report", rlqs.DefaultMaxBucketsPerReport, "the most buckets one RLQS report names; beyond, InvalidArgument")
+	return r
+}
+
+// quotaService is the Rate Limit Quota Service over the same store and
+// config as the RLS service: on Redis (red not nil), replicas share their
+// subscribers there; on memory, in process.
+func quotaService(s *settings, st store, red *redis.Store, config func() *descriptors.Config, usage *rlqs.Usage, obs rlqs.Observer, log *slog.Logger) (*rlqs.Service, error) {
+	var registry rlqs.Registry = rlqs.NewMemoryRegistry()
+	if red != nil {
+		registry = rlqs.RedisRegistry(red)
+	}
+	mode := rlqs.FailQuiet
+	switch s.failureMode.value {
+	case failAllow:
+		mode = rlqs.FailAllow
+	case failDeny:
+		mode = rlqs.FailDeny
+	case failLocal:
+		mode = rlqs.FailLocal
+	}
+	timeout := s.storeTimeout
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	return rlqs.New(rlqs.Options{Store: st, Registry: registry, Config: config, Usage: usage, Logger: log, Observer: obs,
+		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailureMode: mode, StoreTimeout: timeout,
+		MaxStreams: s.rlqs.maxStreams, MaxBuckets: s.rlqs.maxBuckets, MaxTotalBuckets: s.rlqs.maxTotalBuckets, MaxBucketsPerReport: s.rlqs.maxBucketsPerReport,
+		MaxEntries: s.maxEntries, MaxEntryBytes: s.maxEntryBytes})
+}
