@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -42,13 +43,27 @@ func render(t *testing.T, file string) (map[string]string, error) {
 	return renderAs(t, file, "rls")
 }
 
-// renderAs is render for release release.
+// renderAs is render for release release; file "" is the chart's
+// default values.
 func renderAs(t *testing.T, file, release string) (map[string]string, error) {
 	t.Helper()
-	vals, err := chartutil.ReadValuesFile(file)
-	if err != nil {
-		t.Fatal(err)
+	vals := chartutil.Values{}
+	if file != "" {
+		var err error
+		if vals, err = chartutil.ReadValuesFile(file); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if file == "" {
+		file = "the default values"
+	}
+	return renderValues(t, file, vals, release)
+}
+
+// renderValues lints and renders the chart with vals (named what) as
+// release release.
+func renderValues(t *testing.T, what string, vals chartutil.Values, release string) (map[string]string, error) {
+	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatal(err)
@@ -57,13 +72,17 @@ func renderAs(t *testing.T, file, release string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	out, err := engine.Render(ch, rv)
+	if err != nil {
+		return nil, err // a template's check refused the values
+	}
 	linted := lint.All(chartDir, vals, "rate-limit", false)
 	for _, m := range linted.Messages {
 		if m.Severity >= support.WarningSev {
-			t.Errorf("helm lint with %s: %s", file, m)
+			t.Errorf("helm lint with %s: %s", what, m)
 		}
 	}
-	return engine.Render(ch, rv)
+	return out, nil
 }
 
 // objects splits rendered manifests into documents, keyed by kind/name.
@@ -136,6 +155,8 @@ func typed(kind string) any {
 		return &autoscalingv2.HorizontalPodAutoscaler{}
 	case "NetworkPolicy":
 		return &networkingv1.NetworkPolicy{}
+	case "PersistentVolumeClaim":
+		return &corev1.PersistentVolumeClaim{}
 	}
 	return nil
 }
@@ -217,17 +238,55 @@ func checkPod(t *testing.T, file string, dep *appsv1.Deployment, cms []*corev1.C
 	if len(c.Command) > 0 {
 		return // the drop-in start: the reference's environment, no flags
 	}
-	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= 10 {
-		t.Errorf("terminationGracePeriodSeconds %v, not past the shutdown delay", pod.TerminationGracePeriodSeconds)
+	delay, timeout := shutdownSeconds(t, c.Args)
+	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= delay+timeout {
+		t.Errorf("terminationGracePeriodSeconds %v, not past the shutdown delay (%ds) and timeout (%ds)", pod.TerminationGracePeriodSeconds, delay, timeout)
 	}
 	startsWith(t, c.Args, dir)
 }
 
+// flagValue is the value of the last -name=value of args, as the flag
+// package keeps the last, and whether there is one.
+func flagValue(args []string, name string) (string, bool) {
+	value, found := "", false
+	for _, a := range args {
+		n, v, ok := strings.Cut(a, "=")
+		if ok && (n == "-"+name || n == "--"+name) {
+			value, found = v, true
+		}
+	}
+	return value, found
+}
+
+// shutdownSeconds is the -shutdown-delay and -shutdown-timeout of args, in
+// whole seconds (the binary's defaults, 0s and 15s, when absent).
+func shutdownSeconds(t *testing.T, args []string) (delay, timeout int64) {
+	t.Helper()
+	seconds := func(name, def string) int64 {
+		v, ok := flagValue(args, name)
+		if !ok {
+			v = def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("-%s=%s: %v", name, v, err)
+		}
+		return int64(d / time.Second)
+	}
+	return seconds("shutdown-delay", "0s"), seconds("shutdown-timeout", "15s")
+}
+
+// snapshotFlag matches the -memory-snapshot flag in serve's usage.
+var snapshotFlag = regexp.MustCompile(`(?m)^\s+-memory-snapshot(\s|$)`)
+
 // startsWith starts the binary with a container's arguments, its paths
 // moved here (the config to dir, secrets to files made for them): it must
-// get past parsing and checking its flags and serve, which it logs.
+// get past parsing and checking its flags and serve, which it logs. A
+// binary without -memory-snapshot yet starts without the snapshot flags.
 func startsWith(t *testing.T, args []string, dir string) {
 	t.Helper()
+	help, _ := exec.Command(binary(t), "serve", "-h").CombinedOutput()
+	snapshots := snapshotFlag.Match(help)
 	secret := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -244,6 +303,14 @@ func startsWith(t *testing.T, args []string, dir string) {
 			value = secret
 		case "-redis-tls-ca":
 			continue // the mounted CA: not here
+		case "-memory-snapshot", "-memory-snapshot-interval":
+			if !snapshots {
+				t.Logf("%s: this envoy-rls has no -memory-snapshot yet: started without it", a)
+				continue
+			}
+			if name == "-memory-snapshot" {
+				value = filepath.Join(t.TempDir(), filepath.Base(value)) // the volume: here
+			}
 		}
 		if hasValue {
 			run = append(run, name+"="+value)
@@ -282,7 +349,7 @@ var update = flag.Bool("update", false, "write examples/kubernetes/envoy-rls.yam
 
 // kindOrder is the order of kinds in a generated manifest: what a kind
 // refers to comes before it.
-var kindOrder = []string{"ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "ServiceMonitor"}
+var kindOrder = []string{"ConfigMap", "PersistentVolumeClaim", "Service", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler", "NetworkPolicy", "ServiceMonitor"}
 
 // TestKubernetesExample: examples/kubernetes/envoy-rls.yaml is the chart
 // rendered with examples/kubernetes/values.yaml, as release envoy-rls in
@@ -340,7 +407,9 @@ func TestKubernetesExample(t *testing.T) {
 }
 
 // TestSchemaRefusesBadValues renders each file of testdata/bad: the
-// schema must refuse it, with a message naming the value.
+// schema, or a template's check, must refuse it, with a message naming
+// the value (the file's first line: "# refused for: <part of the
+// message>").
 func TestSchemaRefusesBadValues(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if len(files) == 0 {
