@@ -97,10 +97,12 @@ func quantize(n uint64) uint64 {
 }
 
 // raiseAt is how much more than the tokens in force a share must come
-// to before it is sent: a raise refills the Envoy's bucket, and must be
-// worth it. A cut is sent at once, so that shares never add up to more
-// than the limit.
-const raiseAt = 1.15
+// to before a raise is sent, beside its tokens coming to another quantum:
+// a change replaces the Envoy's bucket (refilled in full by Envoy before
+// 1.33), so a share that hovers at a quantum's edge is not sent back and
+// forth. A cut is sent at once, so that shares never add up to more than
+// the limit.
+const raiseAt = 1.05
 
 // Next returns the token bucket to send for a share (requests per
 // second) over fill seconds, given the one in force (prev): unchanged if
@@ -116,7 +118,7 @@ func Next(prev Assignment, share float64, burst int64, fill int64) Assignment {
 	if prev.Kind == TokenBucket && prev.FillInterval == fill && prev.MaxTokens > 0 {
 		held := uint64(prev.TokensPerFill)
 		exact := share * float64(fill)
-		if held <= want && exact < float64(held)*raiseAt && !(held == 0 && want > 0) {
+		if held == want || (held < want && exact < float64(held)*raiseAt && held > 0) {
 			return prev // moved by little, and what is held is no more than the share
 		}
 	}

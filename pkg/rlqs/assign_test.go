@@ -38,11 +38,12 @@ func TestNext(t *testing.T) {
 		want  Assignment
 	}{
 		{50, 50, Assignment{Kind: TokenBucket, MaxTokens: 50, TokensPerFill: 480, FillInterval: fill}},   // 500 quantized
-		{51, 51, Assignment{Kind: TokenBucket, MaxTokens: 50, TokensPerFill: 480, FillInterval: fill}},   // little: kept
-		{52.5, 52, Assignment{Kind: TokenBucket, MaxTokens: 50, TokensPerFill: 480, FillInterval: fill}}, // 525 < 480*1.15
-		{56, 56, Assignment{Kind: TokenBucket, MaxTokens: 56, TokensPerFill: 512, FillInterval: fill}},   // 560 >= 552: raised, 512 quantized
-		{55, 55, Assignment{Kind: TokenBucket, MaxTokens: 56, TokensPerFill: 512, FillInterval: fill}},   // 550 quantizes to 512 too: kept
+		{51, 51, Assignment{Kind: TokenBucket, MaxTokens: 50, TokensPerFill: 480, FillInterval: fill}},   // 510 quantizes to 480 too: kept
+		{50.3, 50, Assignment{Kind: TokenBucket, MaxTokens: 50, TokensPerFill: 480, FillInterval: fill}}, // 503: still 480
+		{52.5, 52, Assignment{Kind: TokenBucket, MaxTokens: 52, TokensPerFill: 512, FillInterval: fill}}, // 525: another quantum, 5% over: raised
+		{53.5, 53, Assignment{Kind: TokenBucket, MaxTokens: 52, TokensPerFill: 512, FillInterval: fill}}, // 535: the same quantum
 		{51, 51, Assignment{Kind: TokenBucket, MaxTokens: 51, TokensPerFill: 480, FillInterval: fill}},   // 510 -> 480 < 512: cut
+		{51.3, 51, Assignment{Kind: TokenBucket, MaxTokens: 51, TokensPerFill: 512, FillInterval: fill}}, // 513 -> 512, 7% over 480: raised
 		{10, 10, Assignment{Kind: TokenBucket, MaxTokens: 10, TokensPerFill: 96, FillInterval: fill}},    // a big cut
 		{0, 0, Assignment{Kind: TokenBucket, MaxTokens: 1, TokensPerFill: 0, FillInterval: fill}},        // nothing: no refill
 		{0.2, 0, Assignment{Kind: TokenBucket, MaxTokens: 1, TokensPerFill: 2, FillInterval: fill}},      // something again

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,29 +15,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
-
-// store is limit.DecideAll on a map, as the memory store.
-type store struct {
-	mu     sync.Mutex
-	states map[string]limit.State
-}
-
-func (m *store) Apply(_ context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	states := make([]limit.State, len(buckets))
-	for i, b := range buckets {
-		states[i] = m.states[b.Key]
-	}
-	admitted := limit.DecideAll(states, buckets, now, results)
-	for i, b := range buckets {
-		if limit.Saves(b, admitted) {
-			m.states[b.Key] = results[i].State
-		}
-	}
-	return nil
-}
 
 // sim is envoy-rls and Envoys on one manual clock: the Envoys' requests,
 // reports and token buckets, and the service's decisions, at the same
@@ -48,7 +26,7 @@ type sim struct {
 	clock *rlqsclient.ManualClock
 	conn  *grpc.ClientConn
 	svc   *rlqs.Service
-	store *store
+	store *memory.Store
 	usage *rlqs.Usage
 	cfg   *descriptors.Config
 }
@@ -59,8 +37,11 @@ func newSim(t *testing.T, config string) *sim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sim{t: t, clock: rlqsclient.NewManualClock(time.Unix(1_800_000_000, 0)), store: &store{states: map[string]limit.State{}},
-		usage: &rlqs.Usage{}, cfg: cfg}
+	st, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sim{t: t, clock: rlqsclient.NewManualClock(time.Unix(1_800_000_000, 0)), store: st, usage: &rlqs.Usage{}, cfg: cfg}
 	s.svc, err = rlqs.New(rlqs.Options{Store: s.store, Registry: rlqs.NewMemoryRegistry(), Usage: s.usage,
 		Config: func() *descriptors.Config { return cfg }, Clock: s.clock.Now})
 	if err != nil {

@@ -169,14 +169,13 @@ func (s *Service) StreamRateLimitQuotas(rs rlqsv3.RateLimitQuotaService_StreamRa
 	s.open[st] = struct{}{}
 	s.mu.Unlock()
 	s.obs.StreamOpened()
-	defer func() {
-		s.mu.Lock()
-		delete(s.open, st)
-		s.mu.Unlock()
-		st.withdraw()
-		s.obs.StreamClosed(len(st.subs))
-	}()
-	return grpcStatus(st.serve(rs))
+	err := st.serve(rs)
+	s.mu.Lock()
+	delete(s.open, st)
+	s.mu.Unlock()
+	st.withdraw(errors.Is(err, errClosing))
+	s.obs.StreamClosed(len(st.subs))
+	return grpcStatus(err)
 }
 
 // Close ends every stream, after the drain: each Envoy keeps the

@@ -125,10 +125,15 @@ func (st *stream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 		// Envoy reports whole seconds only, and 0 in a bucket's first
 		// report.
 		elapsed := 0.0
-		if !b.lastAt.IsZero() {
+		switch {
+		case !b.lastAt.IsZero():
 			gap := now.Sub(b.lastAt)
 			elapsed = gap.Seconds()
 			longest = max(longest, gap) // a periodic report's
+		case u.GetTimeElapsed().GetSeconds() > 0:
+			// New here, not to its Envoy: a stream that moved from another
+			// replica reports what came since its last report there.
+			elapsed = float64(min(u.GetTimeElapsed().GetSeconds(), maxElapsed))
 		}
 		b.lastAt = now
 		b.note(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), elapsed, now)
@@ -226,9 +231,12 @@ func (st *stream) charge(b *sub, allowed uint64) {
 	}
 }
 
-// withdraw takes the stream's subscribers out of the registry, when it
-// ends, so that its shares go to the others at once.
-func (st *stream) withdraw() {
+// withdraw takes the stream's subscribers out of the registry, when its
+// Envoy ends it, so that its shares go to the others at once. When the
+// service ends it (a shutdown), the entries are left to expire: the
+// Envoy keeps enforcing its assignments until their TTL while it moves to
+// another replica, and its shares stay counted meanwhile.
+func (st *stream) withdraw(closing bool) {
 	st.mu.Lock()
 	levels := make([]string, 0, len(st.published))
 	st.svc.buckets.Add(-int64(len(st.subs)))
@@ -240,7 +248,7 @@ func (st *stream) withdraw() {
 	}
 	st.published = nil
 	st.mu.Unlock()
-	if len(levels) == 0 {
+	if len(levels) == 0 || closing {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), st.svc.opts.StoreTimeout)
@@ -251,6 +259,11 @@ func (st *stream) withdraw() {
 		}
 	}
 }
+
+// maxElapsed caps, in seconds, the time an Envoy says a bucket's first
+// report here spans: what it may say is not checked, and a report of a
+// day would make its demand nothing.
+const maxElapsed = 300
 
 // ttl is how long assignments hold: three report intervals, so that one
 // lost report does not expire them, in whole seconds from 3 to 300.
