@@ -18,8 +18,8 @@ import (
 // before then would be rejected too. The entry runs from the time read before the store was
 // asked, so it ends no later than the store's answer. Refunds make room
 // without time: a refund through this replica drops the entry; refunds
-// through others are not seen here (see the README). A new config starts a
-// new cache, since its limits may be larger.
+// through others are not seen here (docs/operations.md, "Local over-limit
+// cache"). A new config starts a new cache, since its limits may be larger.
 type overLimitCache struct {
 	seed          maphash.Seed
 	perShard      int   // entries

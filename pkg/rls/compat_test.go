@@ -7,7 +7,7 @@ import (
 )
 
 // Config files in envoyproxy/ratelimit's format, and what each field does
-// here (the README's migration table).
+// here (docs/migration.md's tables).
 
 func compatService(t *testing.T, yaml string) (*Service, *clock) {
 	t.Helper()

@@ -233,7 +233,7 @@ func TestBucketOverhead(t *testing.T) {
 }
 
 // TestMemoryBoundRSS fills a store at the default bounds and reports the
-// heap and the process's RSS at the bound, for the README. It measures,
+// heap and the process's RSS at the bound, for docs/hardening.md. It measures,
 // it checks nothing: run it with RLS_MEASURE set to "all", or to a part of
 // one case's name ("1 KB") to measure that case alone in a fresh process.
 // GOGC and GOMEMLIMIT set as the service does show what it would hold.
