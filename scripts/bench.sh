@@ -6,13 +6,23 @@
 # if asked, drives each with the same load, counts Redis commands per
 # request and Redis memory per bucket, stops them and empties Redis; it
 # prints a table per workload with ratios to the null ceiling and to the
-# memory store. See docs/performance.md.
+# memory store. The workload rlqs is Envoys reporting RLQS buckets instead
+# (rls-bench rlqs), with RLS calls on the same buckets beside for
+# comparison. See docs/performance.md.
 #
 # Needs Linux (/proc, for the CPU each process spends), go, redis-server and
 # redis-cli. Settings (environment):
 #   BENCH_WORKLOADS ('turn:10000 turn:1000000 zipf1.1:1000000'): PICK[:KEYS]
 #     each, PICK uniform, turn or zipfS (S the Zipf exponent, above 1), as
-#     rls-bench load's -pick; KEYS BENCH_KEYS (10000) when left out
+#     rls-bench load's -pick; KEYS BENCH_KEYS (10000) when left out; or
+#     rlqs[:NxM[@INTERVAL]]: N Envoys (BENCH_RLQS_INSTANCES, 50), each on
+#     its own stream, reporting the same M buckets (BENCH_RLQS_BUCKETS, 200,
+#     BENCH_DESCRIPTOR's pairs) every INTERVAL (BENCH_RLQS_INTERVAL, 1s),
+#     each bucket report counting about BENCH_RLQS_REQUESTS (100) requests,
+#     for BENCH_RLQS_DURATION (BENCH_DURATION) after three intervals; then
+#     RLS calls on the same M buckets in turn, as the RLS workloads run, on
+#     the same target. It runs on the targets that serve RLQS: all but null
+#     and reference
 #   BENCH_DURATION (10s)  BENCH_WARMUP (2s)  BENCH_ROUNDS (3)
 #   BENCH_FIRST_WARMUP (8s: the warmup of each workload's first round)
 #   BENCH_CONCURRENCY (64)  BENCH_CONNS (4)
@@ -27,9 +37,10 @@
 #     pipelining off);
 #     redis-pipelined (a script call per request, in pipelines); redis-local
 #     (local-first at BENCH_SYNC_INTERVAL, 1s)
-#   BENCH_KEEP (a file to copy the per-run figures to, runs.tsv; also keeps
-#     the logs)  BENCH_PLOT (an SVG file to draw req/s per workload and
-#     target in, with rls-bench bars)
+#   BENCH_KEEP (a file to copy the per-run figures to, runs.tsv, and those
+#     of rlqs workloads to runs-rlqs.tsv beside it; also keeps the logs)
+#   BENCH_PLOT (an SVG file to draw req/s per workload and target in, with
+#     rls-bench bars; RLS workloads only)
 # Targets run in turn within each round, so that a slower spell of a shared
 # machine touches them all; the table shows each figure's median over rounds,
 # and each ratio is the median of the ratios of a round.
@@ -47,6 +58,11 @@ keys=${BENCH_KEYS:-10000}
 descriptor=${BENCH_DESCRIPTOR:-'user=u%d,action=a%d'}
 peer=${BENCH_PEER:-}
 workloads=${BENCH_WORKLOADS:-turn:10000 turn:1000000 zipf1.1:1000000}
+rlqs_instances=${BENCH_RLQS_INSTANCES:-50}
+rlqs_buckets=${BENCH_RLQS_BUCKETS:-200}
+rlqs_interval=${BENCH_RLQS_INTERVAL:-1s}
+rlqs_requests=${BENCH_RLQS_REQUESTS:-100}
+rlqs_duration=${BENCH_RLQS_DURATION:-$duration}
 sync_interval=${BENCH_SYNC_INTERVAL:-1s}
 sync_intervals=${BENCH_SYNC_INTERVALS:-100ms 1s}
 default_targets="null memory redis"
@@ -75,10 +91,26 @@ for t in $targets; do
 done
 
 # parse_workload SPEC sets wl (the workload's name, PICK:KEYS), wl_keys
-# and wl_flags (rls-bench load's flags for its pick), or fails.
+# and wl_flags (rls-bench load's flags for its pick), or fails. For an
+# RLQS workload it sets wl (rlqs:NxM@INTERVAL), wl_kind rlqs, rlqs_n,
+# rlqs_m and rlqs_iv; wl_kind is rls for the others.
 parse_workload() {
 	local spec=$1 pick s
 	pick=${spec%%:*}
+	wl_kind=rls
+	if [[ $pick == rlqs ]]; then
+		wl_kind=rlqs rlqs_n=$rlqs_instances rlqs_m=$rlqs_buckets rlqs_iv=$rlqs_interval
+		s=${spec#rlqs}
+		s=${s#:}
+		if [[ $s == *@* ]]; then rlqs_iv=${s#*@} s=${s%%@*}; fi
+		if [[ -n $s ]]; then rlqs_n=${s%%x*} rlqs_m=${s#*x}; fi
+		if ! [[ $rlqs_n =~ ^[1-9][0-9]*$ && $rlqs_m =~ ^[1-9][0-9]*$ && $rlqs_iv =~ ^[0-9.]+(ms|s|m)$ ]]; then
+			log "workload $spec: want rlqs[:NxM[@INTERVAL]], as rlqs:50x200@1s"
+			exit 1
+		fi
+		wl=rlqs:${rlqs_n}x$rlqs_m@$rlqs_iv
+		return
+	fi
 	wl_keys=$keys
 	if [[ $spec == *:* ]]; then wl_keys=${spec#*:}; fi
 	[[ $wl_keys =~ ^[1-9][0-9]*$ ]] || { log "workload $spec: KEYS must be a whole number above 0"; exit 1; }
@@ -103,6 +135,11 @@ for spec in $workloads; do
 	seen+="$wl "
 done
 [[ $seen != " " ]] || { log "BENCH_WORKLOADS is empty"; exit 1; }
+# The targets of rlqs workloads: those that serve RLQS.
+rlqs_targets=""
+for t in $targets; do
+	if [[ $t != null && $t != reference ]]; then rlqs_targets+=" $t"; fi
+done
 
 work=$(mktemp -d)
 redis_pid=""
@@ -185,10 +222,11 @@ start_reference() {
 	addr[reference]=127.0.0.1:$grpc
 }
 redis_url=redis://127.0.0.1:$redis_port/0
-# start_targets starts every target but the null server, which stays up.
+# start_targets starts every target of the workload (wl_targets) but the
+# null server, which stays up.
 start_targets() {
 	local t
-	for t in $targets; do
+	for t in $wl_targets; do
 		case $t in
 		null) ;;
 		memory) start_rls memory ;;
@@ -206,10 +244,10 @@ start_targets() {
 # gives its leases back to Redis on the way out).
 stop_targets() {
 	local t
-	for t in $targets; do
+	for t in $wl_targets; do
 		if [[ $t != null ]]; then kill "${pid[$t]}" 2>/dev/null || true; fi
 	done
-	for t in $targets; do
+	for t in $wl_targets; do
 		if [[ $t != null ]]; then
 			wait "${pid[$t]}" 2>/dev/null || true
 			unset "pid[$t]"
@@ -271,14 +309,66 @@ per() {
 	if uses_redis "$1"; then awk -v d="$2" -v n="$3" 'BEGIN { printf "%.3f", d / n }'; else echo -; fi
 }
 
+# rlqs_rounds runs an RLQS workload's rounds on its targets, a row each
+# in rlqs.tsv: rls-bench rlqs (which reads the target's CPU in /proc and
+# Redis's INFO itself, over its measured span), then RLS calls on the same
+# buckets, measured as the RLS workloads are.
+rlqs_rounds() {
+	local round t w f row redis_flags server0 server1 redis0 redis1 sent rls_redis out=$work/rlqs-out.tsv
+	for round in $(seq "$rounds"); do
+		for t in $wl_targets; do
+			redis_flags=()
+			if uses_redis "$t"; then redis_flags=(-redis "127.0.0.1:$redis_port"); fi
+			"$work/rls-bench" rlqs -target "${addr[$t]}" -instances "$rlqs_n" -buckets "$rlqs_m" -interval "$rlqs_iv" \
+				-duration "$rlqs_duration" -requests "$rlqs_requests" -bucket "$descriptor" -pid "${pid[$t]}" "${redis_flags[@]}" \
+				-format tsv >"$out"
+			w=$warmup
+			if [[ $round == 1 ]]; then w=$first_warmup; fi
+			server0=$(cpu_us "${pid[$t]}")
+			redis0=$(cpu_us "$redis_pid")
+			"$work/rls-bench" load -addr "${addr[$t]}" -duration "$duration" -warmup "$w" -c "$concurrency" -conns "$conns" \
+				-keys "$rlqs_m" -pick turn -descriptor "$descriptor" -format tsv >"$work/out.tsv"
+			server1=$(cpu_us "${pid[$t]}")
+			redis1=$(cpu_us "$redis_pid")
+			sent=$(field sent "$work/out.tsv")
+			rls_redis=-
+			if uses_redis "$t"; then rls_redis=$(awk -v d=$((redis1 - redis0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }'); fi
+			row="$wl\t$t\t$round"
+			for f in served_bucket_reports_per_s p50_us p99_us unanswered redis_calls_per_message redis_cmds_per_message \
+				load_cpu_us_per_bucket_report server_cpu_us_per_bucket_report redis_cpu_us_per_bucket_report governed_per_s \
+				server_cpu_ns_per_governed redis_cpu_ns_per_governed; do
+				row+="\t$(field "$f" "$out")"
+			done
+			row+="\t$(field rps "$work/out.tsv")\t$(awk -v d=$((server1 - server0)) -v n="$sent" 'BEGIN { printf "%.1f", d / n }')\t$rls_redis"
+			echo -e "$row" >>"$work/rlqs.tsv"
+			log "$wl round $round/$rounds $t: $(field served_bucket_reports_per_s "$out") bucket reports/s served," \
+				"p99 $(field p99_us "$out") µs, $(field server_cpu_us_per_bucket_report "$out") µs of service CPU each"
+			case $t in
+			local-*) settle "${t#local-}" ;;
+			redis-local) settle "$sync_interval" ;;
+			esac
+		done
+	done
+}
+
 declare -A memory_line
 echo -e "workload\ttarget\tround\trps\tp50_us\tp99_us\terrors\tover_limit\tcmds_per_req\tall_cmds_per_req\tload_cpu\tserver_cpu\tredis_cpu" >"$work/runs.tsv"
+echo -e "workload\ttarget\tround\tserved_per_s\tp50_us\tp99_us\tunanswered\tcalls_per_msg\tcmds_per_msg\tload_us\tserver_us\tredis_us\tgoverned_per_s\tserver_ns_per_req\tredis_ns_per_req\trls_rps\trls_server_us\trls_redis_us" >"$work/rlqs.tsv"
 wl_n=0
 for spec in $workloads; do
 	parse_workload "$spec"
 	wl_n=$((wl_n + 1))
+	wl_targets=$targets
+	if [[ $wl_kind == rlqs ]]; then wl_targets=$rlqs_targets; fi
 	log "workload $wl: starting the targets"
 	start_targets
+	if [[ $wl_kind == rlqs ]]; then
+		rlqs_rounds
+		log "workload $wl: stopping the targets, emptying Redis"
+		stop_targets
+		rcli flushall >/dev/null
+		continue
+	fi
 	used_before=$(used_memory)
 	for round in $(seq "$rounds"); do
 		for t in $targets; do
@@ -326,11 +416,80 @@ for spec in $workloads; do
 	rcli flushall >/dev/null
 done
 
+# rlqs_table prints an RLQS workload's table: per target, the medians over
+# rounds of its figures, and of each round's ratio of the CPU an RLS call
+# costs the service and Redis to what a request governed by RLQS costs them;
+# then each figure's spread over the rounds.
+rlqs_table() {
+	echo
+	echo "workload $wl: $rlqs_n Envoys, each on its own stream, report the same $rlqs_m buckets every $rlqs_iv," \
+		"about $rlqs_requests requests a bucket report, for $rlqs_duration (after three intervals); RLS beside: the $rlqs_m buckets in turn, c=$concurrency"
+	awk -F'\t' -v targets="$rlqs_targets" -v wl="$wl" '
+		function median(list, n,   i, j, t, a) {
+			split(list, a, " ")
+			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+		}
+		function fmtn(v) { return v >= 100 ? sprintf("%.0f", v) : sprintf("%.3g", v) }
+		# spread prints the lowest and the highest of list, times scale.
+		function spread(list, scale,   a, i, m, lo, hi) {
+			m = split(list, a, " ")
+			if (!m) return "-"
+			lo = hi = a[1] * scale
+			for (i = 2; i <= m; i++) { if (a[i] * scale < lo) lo = a[i] * scale; if (a[i] * scale > hi) hi = a[i] * scale }
+			return fmtn(lo) "-" fmtn(hi)
+		}
+		function add(k, name, v) { if (v != "-" && v != "") { vals[k, name] = vals[k, name] " " v; cnt[k, name]++ } }
+		function med(k, name, fmt) { return cnt[k, name] ? sprintf(fmt, median(vals[k, name], cnt[k, name])) : "-" }
+		function num(v) { return v == "-" || v == "" ? 0 : v }
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+		$col["workload"] == wl {
+			k = $col["target"]; seen[k] = 1
+			for (c in col) add(k, c, $col[c])
+			# Per request governed by RLQS, and per RLS call: the service and Redis.
+			rlqs = (num($col["server_ns_per_req"]) + num($col["redis_ns_per_req"])) / 1000
+			rls = num($col["rls_server_us"]) + num($col["rls_redis_us"])
+			if (rlqs > 0) add(k, "ratio", rls / rlqs)
+			if (rls > 0) add(k, "even", (num($col["server_us"]) + num($col["redis_us"])) / rls)
+		}
+		END {
+			printf "%-12s %9s %7s %7s %5s %9s %8s %7s %6s %8s %10s %12s %9s %10s %12s %8s %7s\n", "target", "reports/s", "p50 ms", "p99 ms",
+				"lost", "calls/msg", "cmds/msg", "load µs", "svc µs", "redis µs", "svc ns/req", "redis ns/req", "RLS req/s", "RLS svc µs",
+				"RLS redis µs", "RLS/RLQS", "even at"
+			nt = split(targets, ts, " ")
+			for (i = 1; i <= nt; i++) {
+				k = ts[i]
+				if (!(k in seen)) continue
+				printf "%-12s %9s %7.2f %7.2f %5s %9s %8s %7s %6s %8s %10s %12s %9s %10s %12s %8s %7s\n", k, med(k, "served_per_s", "%.0f"),
+					med(k, "p50_us", "%f") / 1000, med(k, "p99_us", "%f") / 1000, med(k, "unanswered", "%d"), med(k, "calls_per_msg", "%.2f"),
+					med(k, "cmds_per_msg", "%.0f"), med(k, "load_us", "%.1f"), med(k, "server_us", "%.1f"), med(k, "redis_us", "%.1f"),
+					med(k, "server_ns_per_req", "%.0f"), med(k, "redis_ns_per_req", "%.0f"), med(k, "rls_rps", "%.0f"),
+					med(k, "rls_server_us", "%.1f"), med(k, "rls_redis_us", "%.1f"), med(k, "ratio", "%.0fx"), med(k, "even", "%.1f")
+			}
+			print "spread over the rounds (lowest-highest):"
+			for (i = 1; i <= nt; i++) {
+				k = ts[i]
+				if (!(k in seen)) continue
+				printf "  %-12s reports/s %s, p99 ms %s, service µs/report %s, Redis µs/report %s; RLS service µs/req %s, Redis %s\n", k,
+					spread(vals[k, "served_per_s"], 1), spread(vals[k, "p99_us"], 0.001), spread(vals[k, "server_us"], 1),
+					spread(vals[k, "redis_us"], 1), spread(vals[k, "rls_server_us"], 1), spread(vals[k, "rls_redis_us"], 1)
+			}
+		}' "$work/rlqs.tsv"
+	echo "reports/s: bucket reports served a second; lost: report messages not answered (in time); calls/msg and cmds/msg: Redis" \
+		"script calls and all commands per report message; µs: CPU per bucket report, of the load tool, the service and Redis; ns/req:" \
+		"per request a bucket report counts; RLS: calls on the same buckets, CPU per call; RLS/RLQS: what an RLS call costs the service" \
+		"and Redis over what a request RLQS governs does; even at: the requests a bucket report must count for RLQS to cost what RLS does"
+}
+
 echo
 echo "envoy-rls benchmark: $(nproc) CPUs, Redis $redis_version; c=$concurrency over $conns connections," \
 	"descriptor $descriptor; rounds: $rounds of $duration (after $warmup warmup, $first_warmup in the first) per workload, on fresh servers; medians"
 for spec in $workloads; do
 	parse_workload "$spec"
+	if [[ $wl_kind == rlqs ]]; then
+		rlqs_table
+		continue
+	fi
 	case $wl in
 	uniform:*) shape="keys at random" ;;
 	turn:*) shape="keys in turn, each once per $wl_keys requests" ;;
@@ -383,6 +542,15 @@ done
 if [[ -n $keep ]]; then
 	cp "$work/runs.tsv" "$keep"
 	log "per-run figures in $keep"
+	if (($(wc -l <"$work/rlqs.tsv") > 1)); then
+		cp "$work/rlqs.tsv" "${keep%.tsv}-rlqs.tsv"
+		log "per-run RLQS figures in ${keep%.tsv}-rlqs.tsv"
+	fi
+fi
+# Only the RLS workloads have bars.
+if [[ -n $plot ]] && (($(wc -l <"$work/runs.tsv") < 2)); then
+	log "no RLS workload: no bar chart"
+	plot=""
 fi
 if [[ -n $plot ]]; then
 	of="median of $rounds rounds"

@@ -160,17 +160,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if cfg.cpuprofile != "" {
-		f, err := os.Create(cfg.cpuprofile)
+		stop, err := startProfile(cfg.cpuprofile)
 		if err != nil {
 			fmt.Fprintf(stderr, "rls-bench load: cpu profile: %v\n", err)
 			return exitError
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "rls-bench load: cpu profile: %v\n", err)
-			return exitError
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	res, err := load(ctx, cfg)
 	if err != nil {
@@ -321,6 +316,22 @@ func work(client rlsv3.RateLimitServiceClient, reqs []*rlsv3.RateLimitRequest, p
 			st.unknown++
 		}
 	}
+}
+
+// startProfile starts a CPU profile of this tool into path; stop ends it.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // cpuTime is the CPU time this process has used, user and system: what the

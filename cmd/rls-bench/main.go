@@ -1,8 +1,11 @@
 // Command rls-bench drives any Envoy RLS v3 server
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and reports
-// throughput, latency percentiles and response codes.
+// throughput, latency percentiles and response codes; and emulates Envoys
+// reporting to an RLQS server (envoy.service.rate_limit_quota.v3), whose
+// work is per bucket report rather than per request.
 //
 //	rls-bench load [flags]          send requests and report
+//	rls-bench rlqs [flags]          emulate Envoys reporting to an RLQS server and report its cost
 //	rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once: the gRPC ceiling
 //	rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC, count their spans, keep none
 //	rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency
@@ -48,6 +51,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	switch cmd {
 	case "load":
 		return runLoad(ctx, args, stdout, stderr)
+	case "rlqs":
+		return runRLQS(ctx, args, stdout, stderr)
 	case "null":
 		return runNull(ctx, args, stdout, stderr)
 	case "otlp":
@@ -69,6 +74,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   rls-bench load [flags]          drive an RLS v3 server and report req/s, latency and codes
+  rls-bench rlqs [flags]          emulate Envoys reporting their RLQS buckets every interval; report
+                                  bucket reports/s, answer latency and, with -pid and -redis, the cost
   rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once (the gRPC-only ceiling)
   rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC and count their spans (to measure tracing)
   rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency, from load runs (scripts/plot-concurrency.sh)
@@ -80,6 +87,12 @@ Flags of load:
 	fs, _ := newLoadFlags(io.Discard)
 	fs.SetOutput(w)
 	fs.PrintDefaults()
+	fmt.Fprint(w, `
+Flags of rlqs:
+`)
+	rfs, _ := newRLQSFlags(io.Discard)
+	rfs.SetOutput(w)
+	rfs.PrintDefaults()
 	fmt.Fprint(w, `
 Flags of null:
 `)
