@@ -3,8 +3,6 @@ package rlqs
 import (
 	"context"
 	"math"
-	"slices"
-	"strings"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -32,7 +30,7 @@ type level struct {
 // anew and returns each bucket's assignment.
 func (st *stream) answer(ctx context.Context, batch []*sub, now time.Time) *rlqsv3.RateLimitQuotaResponse {
 	svc := st.svc
-	ctx, cancel := context.WithTimeout(ctx, svc.opts.StoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, st.budget())
 	defer cancel()
 	levels, ok := st.chargeAndRoom(ctx, batch, now)
 	var view map[string][]Entry
@@ -157,21 +155,22 @@ func (st *stream) entries(levels map[string]*level, now time.Time) []Entry {
 // divide divides each level among its subscribers, on every replica, and
 // the stream's part among its buckets there. Called with st.mu held.
 func (st *stream) divide(levels map[string]*level, view map[string][]Entry) {
+	var demands []float64
 	for key, lv := range levels {
-		es := slices.Clone(view[key])
-		slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Instance, b.Instance) })
-		demands := make([]float64, len(es))
+		es := view[key]
 		floor := lv.rate * idleShare / float64(max(len(es), 1))
+		demands = demands[:0]
+		own := -1
 		for i, e := range es {
-			demands[i] = math.Max(e.Demand, floor)
-		}
-		shares := make([]float64, len(es))
-		Divide(lv.rate, demands, shares)
-		lv.mine = 0
-		for i, e := range es {
+			demands = append(demands, math.Max(e.Demand, floor))
 			if e.Instance == st.instance {
-				lv.mine = shares[i]
+				own = i
 			}
+		}
+		lv.mine = 0
+		if own >= 0 {
+			mine := demands[own]
+			lv.mine = math.Min(mine, FillLevel(lv.rate, demands))
 		}
 	}
 	// The stream's part of each level, among its buckets there.
@@ -279,6 +278,16 @@ func (st *stream) blanket(batch []*sub, mode FailureMode) *rlqsv3.RateLimitQuota
 		resp.BucketAction = append(resp.BucketAction, assignmentAction(b.id, a))
 	}
 	return resp
+}
+
+// budget is how long an answer's store and registry calls may take: the
+// store timeout, which is sized for an RLS call, or for a report half its
+// interval if longer (up to 5 s). An Envoy waits for nothing meanwhile: it
+// enforces the assignment it holds until the answer comes, and an answer
+// given up on sends it nothing while its report's work is done again at
+// the next, which turns a slow store into a busier one.
+func (st *stream) budget() time.Duration {
+	return max(st.svc.opts.StoreTimeout, min(st.interval/2, 5*time.Second))
 }
 
 // entryTTL is how long the stream's registry entries last unless

@@ -8,17 +8,27 @@ import (
 )
 
 // RedisRegistry shares subscribers among replicas through a Redis store:
-// its PublishDemands and WithdrawDemands, whose entries are Entry's.
-func RedisRegistry(s *redis.Store) Registry { return redisRegistry{s} }
+// a SharedRegistry exchanging each level at most once per DefaultRefresh.
+func RedisRegistry(s *redis.Store) *SharedRegistry {
+	return NewSharedRegistry(RedisBoard(s), DefaultRefresh)
+}
 
-type redisRegistry struct{ s *redis.Store }
+// RedisBoard is a Board on a Redis store: its ExchangeDemands, whose
+// demands are Entry's.
+func RedisBoard(s *redis.Store) Board { return redisBoard{s} }
 
-func (r redisRegistry) Publish(ctx context.Context, now time.Time, ttl time.Duration, entries []Entry) (map[string][]Entry, error) {
-	ds := make([]redis.Demand, len(entries))
-	for i, e := range entries {
-		ds[i] = redis.Demand(e)
+type redisBoard struct{ s *redis.Store }
+
+func (r redisBoard) Exchange(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Entry, error) {
+	rs := make([]redis.Shelf, len(shelves))
+	for i, sh := range shelves {
+		ds := make([]redis.Demand, len(sh.Entries))
+		for j, e := range sh.Entries {
+			ds[j] = redis.Demand(e)
+		}
+		rs[i] = redis.Shelf{Level: sh.Level, TTL: sh.TTL, Demands: ds}
 	}
-	got, err := r.s.PublishDemands(ctx, now, ttl, ds)
+	got, err := r.s.ExchangeDemands(ctx, now, replica, rs)
 	if err != nil {
 		return nil, err
 	}
@@ -31,8 +41,4 @@ func (r redisRegistry) Publish(ctx context.Context, now time.Time, ttl time.Dura
 		out[level] = es
 	}
 	return out, nil
-}
-
-func (r redisRegistry) Withdraw(ctx context.Context, instance string, levels []string) error {
-	return r.s.WithdrawDemands(ctx, instance, levels)
 }

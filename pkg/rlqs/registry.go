@@ -61,6 +61,12 @@ func NewMemoryRegistry() *MemoryRegistry {
 
 // Publish implements Registry.
 func (m *MemoryRegistry) Publish(_ context.Context, now time.Time, ttl time.Duration, entries []Entry) (map[string][]Entry, error) {
+	view, _ := m.publish(now, ttl, entries)
+	return view, nil
+}
+
+// publish is Publish, and names the levels that gained an instance.
+func (m *MemoryRegistry) publish(now time.Time, ttl time.Duration, entries []Entry) (view map[string][]Entry, joined map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	until := now.Add(ttl).UnixNano()
@@ -72,6 +78,10 @@ func (m *MemoryRegistry) Publish(_ context.Context, now time.Time, ttl time.Dura
 			lv[i] = h
 		} else {
 			m.levels[e.Level] = append(lv, h)
+			if joined == nil {
+				joined = map[string]bool{}
+			}
+			joined[e.Level] = true
 		}
 	}
 	at := now.UnixNano()
@@ -92,7 +102,7 @@ func (m *MemoryRegistry) Publish(_ context.Context, now time.Time, ttl time.Dura
 		m.sweep(at)
 		m.swept = now
 	}
-	return out, nil
+	return out, joined
 }
 
 // sweep drops every entry past its TTL, so that levels no one publishes
@@ -136,3 +146,21 @@ func (m *MemoryRegistry) Len() int {
 
 // unknown is the demand of a subscriber not measured yet.
 var unknown = math.Inf(1)
+
+// live returns level's entries not past their TTL at now, and when the
+// last of them expires (now if none).
+func (m *MemoryRegistry) live(level string, now time.Time) ([]Entry, time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at := now.UnixNano()
+	var out []Entry
+	until := at
+	for _, h := range m.levels[level] {
+		if at > h.until {
+			continue
+		}
+		out = append(out, Entry{Level: level, Instance: h.instance, Demand: h.demand, Active: h.active})
+		until = max(until, h.until)
+	}
+	return out, time.Unix(0, until)
+}

@@ -25,7 +25,8 @@ import (
 // memStore is the memory store, which can be made to fail.
 type memStore struct {
 	*memory.Store
-	fail atomic.Bool
+	fail  atomic.Bool
+	delay atomic.Int64 // nanoseconds each call takes, bounded by its context
 }
 
 func newMemStore(t *testing.T) *memStore {
@@ -39,6 +40,13 @@ func newMemStore(t *testing.T) *memStore {
 func (m *memStore) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	if m.fail.Load() {
 		return context.DeadlineExceeded
+	}
+	if d := time.Duration(m.delay.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return m.Store.Apply(ctx, now, buckets, results)
 }
@@ -349,6 +357,25 @@ func TestFailureModes(t *testing.T) {
 		if n := h.store.count(t, "edge|user=alice", limit.Rate{RequestsPerUnit: 100, Unit: limit.Second}.Limit(), h.clock.Now()); n != 9 {
 			t.Errorf("failure mode %v: the bucket holds %d after reports of 1, 7 (while failing) and 2, 5 s apart, want the 9 of the last call (the 1 before leaked)", c.mode, n)
 		}
+	}
+}
+
+// TestAnswerBudgetFollowsTheInterval: a report's store calls may take
+// half its stream's report interval, not only the store timeout sized for
+// RLS calls: with reports 4 s apart, a store taking 300 ms still answers
+// (past a 50 ms timeout), while a first report, of no interval yet, gets
+// the failure mode.
+func TestAnswerBudgetFollowsTheInterval(t *testing.T) {
+	h := newHarness(t, testConfig, Options{FailureMode: FailAllow, StoreTimeout: 50 * time.Millisecond})
+	e := h.envoy(t, "edge")
+	h.store.delay.Store(int64(300 * time.Millisecond))
+	if acts := e.mustReport(usage{bucket: alice(), allowed: 1}); tokens(acts[0]) != nil {
+		t.Fatalf("a first report past the store timeout was assigned %v, want the failure mode's ALLOW_ALL", acts[0])
+	}
+	h.clock.add(4 * time.Second)
+	acts := e.mustReport(usage{bucket: alice(), allowed: 1})
+	if tokens(acts[0]) == nil {
+		t.Fatalf("reports 4 s apart, a store taking 300 ms: %v, want a token bucket", acts[0])
 	}
 }
 

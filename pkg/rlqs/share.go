@@ -14,41 +14,47 @@ import (
 // of what the smaller demands leave; a negative or NaN demand counts as
 // 0. Divide is pure; shares must have len(demands) places.
 func Divide(rate float64, demands, shares []float64) {
-	n := len(demands)
-	if n == 0 {
+	if len(demands) == 0 {
 		return
 	}
+	level := FillLevel(rate, slices.Clone(demands))
+	for i, d := range demands {
+		shares[i] = math.Min(want(d), level)
+	}
+}
+
+// FillLevel returns the level of a max-min fair division of rate among
+// demands: each subscriber's share is the smaller of its demand and the
+// level, +Inf when the demands together ask for no more than rate (each
+// gets its demand), 0 when rate is not above 0. Only one sort of the
+// demands' numbers: a subscriber wanting its own share needs no other's
+// share, nor names. It sorts demands in place; a negative or NaN demand
+// counts as 0, +Inf as wanting all it can get.
+func FillLevel(rate float64, demands []float64) float64 {
 	if !(rate > 0) {
-		clear(shares[:n])
-		return
+		return 0
 	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
+	for i, d := range demands {
+		demands[i] = want(d)
 	}
-	want := func(i int) float64 {
-		d := demands[i]
-		if !(d > 0) { // NaN, 0 and below
-			return 0
-		}
-		return d
-	}
-	slices.SortFunc(order, func(a, b int) int {
-		switch da, db := want(a), want(b); {
-		case da < db:
-			return -1
-		case da > db:
-			return 1
-		}
-		return a - b // the same demand: in order, so that the division is stable
-	})
+	slices.Sort(demands)
 	left := rate
-	for k, i := range order {
-		equal := left / float64(n-k)
-		share := math.Min(want(i), equal)
-		shares[i] = share
-		left = math.Max(left-share, 0)
+	for k, d := range demands {
+		equal := left / float64(len(demands)-k)
+		if d >= equal {
+			return equal
+		}
+		left -= d
 	}
+	return math.Inf(1)
+}
+
+// want is what a demand asks for: NaN, 0 and below ask for nothing.
+func want(d float64) float64 {
+	if !(d > 0) {
+		return 0
+	}
+	return d
 }
 
 // Split divides an integer budget (a limit's room, in requests) among

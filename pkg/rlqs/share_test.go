@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -93,6 +94,27 @@ func TestSplit(t *testing.T) {
 		Split(c.budget, c.rate, c.shares, got)
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("step %d: Split(%d, %v, %v) = %v, want %v", i, c.budget, c.rate, c.shares, got, c.want)
+		}
+	}
+}
+
+func TestFillLevel(t *testing.T) {
+	inf := math.Inf(1)
+	for i, c := range []struct {
+		rate    float64
+		demands []float64
+		want    float64
+	}{
+		{100, []float64{10, 200}, 90},
+		{100, []float64{200, 10, 30, 200}, 30},
+		{100, []float64{10, 20}, inf}, // all wanted fits: no level binds
+		{100, []float64{inf, inf}, 50},
+		{100, []float64{math.NaN(), -1, inf}, 100},
+		{0, []float64{10}, 0},
+		{100, nil, inf},
+	} {
+		if got := FillLevel(c.rate, slices.Clone(c.demands)); got != c.want {
+			t.Errorf("step %d: FillLevel(%v, %v) = %v, want %v", i, c.rate, c.demands, got, c.want)
 		}
 	}
 }

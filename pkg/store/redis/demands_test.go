@@ -15,14 +15,24 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
-// demandLevels returns n levels over several hierarchies, and entries of
-// instance on them.
-func demandLevels(n int, instance string) []Demand {
-	ds := make([]Demand, n)
-	for i := range ds {
-		ds[i] = Demand{Level: fmt.Sprintf("api|u=u%d|x=%d", i%40, i), Instance: instance, Demand: float64(i), Active: int64(i)}
+// shelves returns n shelves over several hierarchies, each with one
+// subscriber, instance, valid for a minute.
+func shelves(n int, instance string) []Shelf {
+	out := make([]Shelf, n)
+	for i := range out {
+		level := fmt.Sprintf("api|u=u%d|x=%d", i%40, i)
+		out[i] = Shelf{Level: level, TTL: time.Minute, Demands: []Demand{{Level: level, Instance: instance, Demand: float64(i), Active: int64(i)}}}
 	}
-	return ds
+	return out
+}
+
+// emptied returns the shelves with no subscriber: their fields go.
+func emptied(shs []Shelf) []Shelf {
+	out := make([]Shelf, len(shs))
+	for i, sh := range shs {
+		out[i] = Shelf{Level: sh.Level, TTL: sh.TTL}
+	}
+	return out
 }
 
 // tripCounter counts round trips: a command or a whole pipeline.
@@ -44,11 +54,11 @@ func (h *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) gore
 	}
 }
 
-// TestDemandPublishIsOneRoundTrip: on a single Redis a publish of 200
+// TestDemandExchangeIsOneRoundTrip: on a single Redis an exchange of 200
 // levels is one round trip and one script call; one of 600 is one round
-// trip of three calls (at most 256 levels each); a withdrawal of 200 is
-// one round trip of HDELs.
-func TestDemandPublishIsOneRoundTrip(t *testing.T) {
+// trip of three calls (at most 256 levels each); emptying 200 shelves is
+// one round trip too.
+func TestDemandExchangeIsOneRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -60,7 +70,7 @@ func TestDemandPublishIsOneRoundTrip(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.PublishDemands(ctx, time.Now(), time.Minute, demandLevels(1, "warm-up")); err != nil {
+	if _, err := s.ExchangeDemands(ctx, time.Now(), "warm-up", shelves(1, "w")); err != nil {
 		t.Fatal(err) // loads the script, opens the connection
 	}
 	for _, tc := range []struct{ levels, calls int }{{200, 1}, {600, 3}} {
@@ -69,7 +79,7 @@ func TestDemandPublishIsOneRoundTrip(t *testing.T) {
 		}
 		hook.trips.Store(0)
 		hook.cmds.Store(0)
-		view, err := s.PublishDemands(ctx, time.Now(), time.Minute, demandLevels(tc.levels, "env-1"))
+		view, err := s.ExchangeDemands(ctx, time.Now(), "r1", shelves(tc.levels, "env-1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +87,7 @@ func TestDemandPublishIsOneRoundTrip(t *testing.T) {
 			t.Fatalf("%d levels back, want %d", len(view), tc.levels)
 		}
 		stats := redistest.CommandCalls(t, admin)
-		t.Logf("publish of %d levels: %d round trips, %d commands sent; Redis ran %d EVALSHA, %d HSET, %d HGETALL, %d PEXPIRE",
+		t.Logf("exchange of %d levels: %d round trips, %d commands sent; Redis ran %d EVALSHA, %d HSET, %d HGETALL, %d PEXPIRE",
 			tc.levels, hook.trips.Load(), hook.cmds.Load(), stats["evalsha"], stats["hset"], stats["hgetall"], stats["pexpire"])
 		if hook.trips.Load() != 1 || hook.cmds.Load() != int64(tc.calls) {
 			t.Fatalf("%d levels: %d round trips of %d commands, want 1 of %d", tc.levels, hook.trips.Load(), hook.cmds.Load(), tc.calls)
@@ -87,23 +97,19 @@ func TestDemandPublishIsOneRoundTrip(t *testing.T) {
 		}
 	}
 	hook.trips.Store(0)
-	levels := make([]string, 200)
-	for i, d := range demandLevels(200, "") {
-		levels[i] = d.Level
-	}
-	if err := s.WithdrawDemands(ctx, "env-1", levels); err != nil {
+	if _, err := s.ExchangeDemands(ctx, time.Now(), "r1", emptied(shelves(200, ""))); err != nil {
 		t.Fatal(err)
 	}
 	if hook.trips.Load() != 1 {
-		t.Fatalf("a withdrawal: %d round trips, want 1", hook.trips.Load())
+		t.Fatalf("emptying 200 shelves: %d round trips, want 1", hook.trips.Load())
 	}
 }
 
-// TestDemandCallsReadBoundedEntries publishes 1,000 entries on each of
-// 10 levels at once: a call starts no level past maxCallEntries read, so
-// the first call does 5 levels (5,000 entries) and a second round trip
-// the other 5, and everything comes back.
-func TestDemandCallsReadBoundedEntries(t *testing.T) {
+// TestDemandCallsReadBoundedBytes: another replica keeps 3,000
+// subscribers (81 KB) on each of 10 levels; a call starts no level past
+// maxCallBytes read, so the first call does 7 levels and a second round
+// trip the other 3, and everything comes back.
+func TestDemandCallsReadBoundedBytes(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
@@ -115,41 +121,45 @@ func TestDemandCallsReadBoundedEntries(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
-	if _, err := s.PublishDemands(ctx, time.Now(), time.Minute, demandLevels(1, "warm-up")); err != nil {
+	const levels, per = 10, 3000
+	var big, mine []Shelf
+	for l := range levels {
+		level := fmt.Sprintf("api|u=%d", l)
+		sh := Shelf{Level: level, TTL: time.Minute}
+		for i := range per {
+			sh.Demands = append(sh.Demands, Demand{Level: level, Instance: fmt.Sprintf("envoy-%04d", i), Demand: float64(i), Active: int64(l)})
+		}
+		big = append(big, sh)
+		mine = append(mine, Shelf{Level: level, TTL: time.Minute, Demands: []Demand{{Level: level, Instance: "me", Demand: 1}}})
+	}
+	if _, err := s.ExchangeDemands(ctx, time.Now(), "big", big); err != nil {
 		t.Fatal(err)
 	}
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
 	hook.trips.Store(0)
-	const levels, per = 10, 1000
-	var ds []Demand
-	for i := range per {
-		for l := range levels {
-			ds = append(ds, Demand{Level: fmt.Sprintf("api|u=%d", l), Instance: fmt.Sprintf("envoy-%04d", i), Demand: float64(i), Active: int64(l)})
-		}
-	}
-	view, err := s.PublishDemands(ctx, time.Now(), time.Minute, ds)
+	view, err := s.ExchangeDemands(ctx, time.Now(), "small", mine)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for l := range levels {
-		level := fmt.Sprintf("api|u=%d", l)
-		if got := view[level]; len(got) != per || got[0].Level != level || got[0].Active != int64(l) {
-			t.Fatalf("level %q: %d entries, want %d", level, len(got), per)
+	for l, sh := range big {
+		if got := view[sh.Level]; len(got) != per || got[0] != sh.Demands[0] || got[per-1] != sh.Demands[per-1] {
+			t.Fatalf("level %d: %d subscribers, want %d", l, len(got), per)
 		}
 	}
 	stats := redistest.CommandCalls(t, admin)
-	t.Logf("%d levels of %d entries: %d round trips, %d EVALSHA, %d HGETALL", levels, per, hook.trips.Load(), stats["evalsha"], stats["hgetall"])
+	t.Logf("%d levels of %d subscribers: %d round trips, %d EVALSHA, %d HGETALL", levels, per, hook.trips.Load(), stats["evalsha"], stats["hgetall"])
 	if hook.trips.Load() != 2 || stats["evalsha"] != 2 || stats["hgetall"] != levels {
 		t.Fatalf("%d round trips, %d calls, %d levels read; want 2, 2, %d", hook.trips.Load(), stats["evalsha"], stats["hgetall"], levels)
 	}
 }
 
 // TestDemandKeys checks the layout on Redis: one hash per level, in its
-// bucket's slot, beside the bucket and apart from it, under the prefix;
-// expired entries deleted as met; a hash that outlives its latest entry a
-// little; a withdrawn last entry taking its hash along.
+// bucket's slot, beside the bucket and apart from it, under the prefix,
+// one field per replica; expired fields deleted as met; a hash that
+// outlives its latest field a little; an emptied last field taking its
+// hash along.
 func TestDemandKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -175,21 +185,26 @@ func TestDemandKeys(t *testing.T) {
 	if err := s.Apply(ctx, now, []limit.Bucket{{Key: level, Limit: l, Hits: 2}}, res); err != nil || res[0].Remaining != 3 {
 		t.Fatalf("apply: %v, %+v", err, res[0])
 	}
-	ds := []Demand{{level, "a", math.Inf(1), 0}, {level, "b", 1, 2}}
-	if _, err := s.PublishDemands(ctx, now, 10*time.Second, ds); err != nil {
+	a := Shelf{Level: level, TTL: 10 * time.Second, Demands: []Demand{{level, "a1", math.Inf(1), 0}, {level, "a2", 1, 2}}}
+	b := Shelf{Level: level, TTL: 10 * time.Second, Demands: []Demand{{level, "b1", 3, 4}}}
+	if _, err := s.ExchangeDemands(ctx, now, "ra", []Shelf{a}); err != nil {
 		t.Fatal(err)
 	}
+	view, err := s.ExchangeDemands(ctx, now, "rb", []Shelf{b})
+	if err != nil || len(view[level]) != 2 || view[level][0] != a.Demands[0] || view[level][1] != a.Demands[1] {
+		t.Fatalf("rb sees %v, %v; want ra's two", view, err)
+	}
 	if err := s.Apply(ctx, now, []limit.Bucket{{Key: level, Limit: l, Hits: 1}}, res); err != nil || res[0].Remaining != 2 {
-		t.Fatalf("apply after a publish: %v, %+v", err, res[0])
+		t.Fatalf("apply after an exchange: %v, %+v", err, res[0])
 	}
 	if typ := admin.Type(ctx, key).Val(); typ != "hash" {
 		t.Fatalf("%s is a %q", key, typ)
 	}
-	if n := admin.HLen(ctx, key).Val(); n != 2 {
-		t.Fatalf("%d fields, want 2", n)
+	if fields := admin.HKeys(ctx, key).Val(); len(fields) != 2 {
+		t.Fatalf("fields %q, want one per replica", fields)
 	}
-	if v := admin.HGet(ctx, key, "b").Val(); len(v) != demandValueLen {
-		t.Fatalf("a value of %d bytes, want %d", len(v), demandValueLen)
+	if v := admin.HGet(ctx, key, "rb").Val(); len(v) != expiryLen+1+2+16 {
+		t.Fatalf("a value of %d bytes, want %d", len(v), expiryLen+1+2+16)
 	}
 	// On the server's clock: the TTL and a second more.
 	if ttl := admin.PTTL(ctx, key).Val(); ttl <= 10*time.Second || ttl > 11*time.Second {
@@ -202,20 +217,20 @@ func TestDemandKeys(t *testing.T) {
 		}
 	}
 
-	// b expires; a, published again for longer, stays: met, b is deleted,
-	// and the hash's expiry follows a's.
-	ds = ds[:1]
-	if _, err := s.PublishDemands(ctx, now.Add(5*time.Second), time.Minute, ds); err != nil {
+	// ra's field expires; rb, written again for longer, stays: met, ra's
+	// is deleted, and the hash's expiry follows rb's.
+	b.TTL = time.Minute
+	if _, err := s.ExchangeDemands(ctx, now.Add(5*time.Second), "rb", []Shelf{b}); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := admin.PTTL(ctx, key).Val(); ttl <= time.Minute {
-		t.Fatalf("the hash expires in %v, after its latest entry's minute", ttl)
+		t.Fatalf("the hash expires in %v, after its latest field's minute", ttl)
 	}
-	view, err := s.PublishDemands(ctx, now.Add(11*time.Second), time.Minute, ds)
-	if err != nil || len(view[level]) != 1 || view[level][0].Instance != "a" {
-		t.Fatalf("view %v, %v", view, err)
+	view, err = s.ExchangeDemands(ctx, now.Add(11*time.Second), "rb", []Shelf{b})
+	if err != nil || len(view[level]) != 0 {
+		t.Fatalf("view %v, %v; want ra's field expired", view, err)
 	}
-	if fields := admin.HKeys(ctx, key).Val(); len(fields) != 1 || fields[0] != "a" {
+	if fields := admin.HKeys(ctx, key).Val(); len(fields) != 1 || fields[0] != "rb" {
 		t.Fatalf("fields %q, want the expired one deleted", fields)
 	}
 
@@ -225,8 +240,8 @@ func TestDemandKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	view, err = other.PublishDemands(ctx, now, time.Minute, []Demand{{level, "z", 1, 0}})
-	if err != nil || len(view[level]) != 1 || view[level][0].Instance != "z" {
+	view, err = other.ExchangeDemands(ctx, now, "rz", []Shelf{{Level: level, TTL: time.Minute, Demands: []Demand{{level, "z", 1, 0}}}})
+	if err != nil || len(view[level]) != 0 {
 		t.Fatalf("another prefix: %v, %v", view, err)
 	}
 
@@ -234,18 +249,58 @@ func TestDemandKeys(t *testing.T) {
 	if err := admin.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PublishDemands(ctx, now.Add(12*time.Second), time.Minute, ds); err != nil {
+	if _, err := s.ExchangeDemands(ctx, now.Add(12*time.Second), "rb", []Shelf{b}); err != nil {
 		t.Fatalf("after SCRIPT FLUSH: %v", err)
 	}
-	if err := s.WithdrawDemands(ctx, "a", []string{level}); err != nil {
+	if _, err := s.ExchangeDemands(ctx, now.Add(12*time.Second), "rb", emptied([]Shelf{b})); err != nil {
 		t.Fatal(err)
 	}
 	if n := admin.Exists(ctx, key).Val(); n != 0 {
-		t.Fatal("the hash outlived its last entry")
+		t.Fatal("the hash outlived its last field")
 	}
 }
 
-// TestDemandServerClock publishes on the Redis server's clock, as
+// TestDemandReplicaCap: a level keeps MaxDemandReplicas fields; past it,
+// those expiring soonest go, the one just written never.
+func TestDemandReplicaCap(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	s, err := New(Options{Connect: &ClientOptions{URL: srv.URL()}, CallerClock: true, Prefix: "cap:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const level = "api|u=a"
+	now := time.UnixMicro(1_760_000_000_000_000)
+	shelf := []Shelf{{Level: level, TTL: time.Minute, Demands: []Demand{{level, "x", 1, 0}}}}
+	if _, err := s.ExchangeDemands(ctx, now, "old", shelf); err != nil {
+		t.Fatal(err)
+	}
+	var view map[string][]Demand
+	for i := range MaxDemandReplicas {
+		if view, err = s.ExchangeDemands(ctx, now.Add(time.Second), fmt.Sprintf("r%04d", i), shelf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last writer sees the others it keeps: old, expiring first, went.
+	if got := len(view[level]); got != MaxDemandReplicas-1 {
+		t.Fatalf("the last writer sees %d others, want %d", got, MaxDemandReplicas-1)
+	}
+	if admin.HExists(ctx, "cap:{api|u=a}|#rlqs", "old").Val() {
+		t.Fatal("the field expiring soonest was kept past the cap")
+	}
+	// old again, expiring last: of those expiring soonest, all at once, the
+	// first by its bytes goes.
+	if view, err = s.ExchangeDemands(ctx, now.Add(2*time.Second), "old", shelf); err != nil || len(view[level]) != MaxDemandReplicas-1 {
+		t.Fatalf("old back: %d others, %v", len(view[level]), err)
+	}
+	if admin.HExists(ctx, "cap:{api|u=a}|#rlqs", "r0000").Val() || !admin.HExists(ctx, "cap:{api|u=a}|#rlqs", "old").Val() {
+		t.Fatal("old back: r0000 should have gone, old stayed")
+	}
+}
+
+// TestDemandServerClock exchanges on the Redis server's clock, as
 // replicas do.
 func TestDemandServerClock(t *testing.T) {
 	srv := redistest.Start(t)
@@ -255,22 +310,29 @@ func TestDemandServerClock(t *testing.T) {
 	}
 	defer s.Close()
 	ctx := context.Background()
+	const level = "api|u=a"
+	sh := func(instance string, ttl time.Duration) []Shelf {
+		return []Shelf{{Level: level, TTL: ttl, Demands: []Demand{{level, instance, 1, 0}}}}
+	}
 	// The time given is not the one used.
-	if _, err := s.PublishDemands(ctx, time.Unix(0, 0), time.Minute, []Demand{{"api|u=a", "a", 1, 0}}); err != nil {
+	if _, err := s.ExchangeDemands(ctx, time.Unix(0, 0), "ra", sh("a", time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	view, err := s.PublishDemands(ctx, time.Unix(0, 0), 20*time.Millisecond, []Demand{{"api|u=a", "b", 1, 0}})
-	if err != nil || len(view["api|u=a"]) != 2 {
+	if _, err := s.ExchangeDemands(ctx, time.Unix(0, 0), "rb", sh("b", 20*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	view, err := s.ExchangeDemands(ctx, time.Unix(0, 0), "rc", sh("c", time.Minute))
+	if err != nil || len(view[level]) != 2 {
 		t.Fatalf("view %v, %v", view, err)
 	}
 	time.Sleep(30 * time.Millisecond)
-	view, err = s.PublishDemands(ctx, time.Unix(0, 0), time.Minute, []Demand{{"api|u=a", "a", 1, 0}})
-	if err != nil || len(view["api|u=a"]) != 1 || view["api|u=a"][0].Instance != "a" {
+	view, err = s.ExchangeDemands(ctx, time.Unix(0, 0), "rc", sh("c", time.Minute))
+	if err != nil || len(view[level]) != 1 || view[level][0].Instance != "a" {
 		t.Fatalf("b's 20ms are over: view %v, %v", view, err)
 	}
 }
 
-// TestDemandClusterSlots publishes levels of many hierarchies on a
+// TestDemandClusterSlots exchanges levels of many hierarchies on a
 // Cluster: their hashes span several slots and nodes, each level's in its
 // bucket's slot, and all come back.
 func TestDemandClusterSlots(t *testing.T) {
@@ -280,21 +342,24 @@ func TestDemandClusterSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ds := demandLevels(300, "a")
+	shs := shelves(300, "a")
 	slots := map[uint16]bool{}
-	for _, d := range ds {
-		slots[slot(demandKey(s.keyPrefix, d.Level))] = true
+	for _, sh := range shs {
+		slots[slot(demandKey(s.keyPrefix, sh.Level))] = true
 	}
 	if len(slots) < 10 {
 		t.Fatalf("%d slots: the levels must span many", len(slots))
 	}
-	view, err := s.PublishDemands(context.Background(), time.Now(), time.Minute, ds)
+	if _, err := s.ExchangeDemands(context.Background(), time.Now(), "ra", shs); err != nil {
+		t.Fatal(err)
+	}
+	view, err := s.ExchangeDemands(context.Background(), time.Now(), "rb", shelves(300, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range ds {
-		if got := view[d.Level]; len(got) != 1 || got[0] != d {
-			t.Fatalf("level %q: %v, want %v", d.Level, got, d)
+	for _, sh := range shs {
+		if got := view[sh.Level]; len(got) != 1 || got[0] != sh.Demands[0] {
+			t.Fatalf("level %q: %v, want %v", sh.Level, got, sh.Demands)
 		}
 	}
 }
@@ -308,7 +373,7 @@ func TestDemandRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Close()
-	if _, err := tx.PublishDemands(context.Background(), time.Now(), time.Minute, demandLevels(1, "a")); err == nil || !strings.Contains(err.Error(), "script mode") {
+	if _, err := tx.ExchangeDemands(context.Background(), time.Now(), "r", shelves(1, "a")); err == nil || !strings.Contains(err.Error(), "script mode") {
 		t.Fatalf("transactions mode: %v", err)
 	}
 	s, err := New(Options{Connect: &ClientOptions{URL: srv.URL()}})
@@ -316,10 +381,7 @@ func TestDemandRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := s.PublishDemands(context.Background(), time.Now(), time.Minute, demandLevels(1, "a")); err != errClosed {
-		t.Fatalf("closed: %v", err)
-	}
-	if err := s.WithdrawDemands(context.Background(), "a", []string{"api"}); err != errClosed {
+	if _, err := s.ExchangeDemands(context.Background(), time.Now(), "r", shelves(1, "a")); err != errClosed {
 		t.Fatalf("closed: %v", err)
 	}
 }
@@ -327,16 +389,19 @@ func TestDemandRefusals(t *testing.T) {
 // TestDemandReplyChecked feeds demandsReply replies of every wrong shape:
 // each is an error naming what was wrong, never a panic.
 func TestDemandReplyChecked(t *testing.T) {
-	value := strings.Repeat("\x00", demandValueLen)
-	levels := []string{"l1", "l2"}
+	stamp := strings.Repeat("\x00", expiryLen)
+	value := string(appendDemand([]byte(stamp), Demand{Instance: "i", Demand: 2, Active: 3}))
+	two := string(appendDemand([]byte(value), Demand{Instance: "", Demand: 4}))
+	shs := []Shelf{{Level: "l1"}, {Level: "l2"}}
 	views := make([][]Demand, 2)
-	done, err := demandsReply([]any{int64(1), "a", value, int64(0), int64(2)}, levels, views)
-	if err != nil || done != 2 || len(views[0]) != 1 || views[0][0] != (Demand{"l1", "a", 0, 0}) || views[1] != nil {
+	done, err := demandsReply([]any{int64(2), "a", value, "b", two, int64(0), int64(2)}, shs, views)
+	want := []Demand{{"l1", "i", 2, 3}, {"l1", "i", 2, 3}, {"l1", "", 4, 0}}
+	if err != nil || done != 2 || fmt.Sprint(views[0]) != fmt.Sprint(want) || views[1] != nil {
 		t.Fatalf("%d, %v, %v", done, views, err)
 	}
 	views = make([][]Demand, 2)
-	if done, err := demandsReply([]any{int64(0), int64(1)}, levels, views); err != nil || done != 1 {
-		t.Fatalf("one level done: %d, %v", done, err)
+	if done, err := demandsReply([]any{int64(1), "a", stamp, int64(1)}, shs, views); err != nil || done != 1 || len(views[0]) != 0 {
+		t.Fatalf("one level done, an empty shelf: %d, %v, %v", done, views, err)
 	}
 	for name, tc := range map[string]struct {
 		reply []any
@@ -350,12 +415,15 @@ func TestDemandReplyChecked(t *testing.T) {
 		"count a text":   {[]any{"1", "a", value, int64(0), int64(2)}, `level "l1": 1 (string) is not a count`},
 		"negative":       {[]any{int64(-1), int64(0), int64(2)}, "is not a count"},
 		"count too big":  {[]any{int64(2), "a", value, int64(0), int64(2)}, "is not a count"},
-		"instance int":   {[]any{int64(1), int64(5), value, int64(0), int64(2)}, `level "l1", entry 0: a int64 and a string`},
+		"replica int":    {[]any{int64(1), int64(5), value, int64(0), int64(2)}, `level "l1", field 0: a int64 and a string`},
 		"value nil":      {[]any{int64(1), "a", nil, int64(0), int64(2)}, "a string and a <nil>"},
-		"value short":    {[]any{int64(1), "a", "xyz", int64(0), int64(2)}, `instance "a": a value of 3 bytes, not 23`},
+		"value short":    {[]any{int64(1), "a", "xyz", int64(0), int64(2)}, `replica "a": a value of 3 bytes, shorter than its expiry`},
+		"cut short":      {[]any{int64(1), "a", value[:len(value)-1], int64(0), int64(2)}, `replica "a": subscriber 0 is cut short`},
+		"length too big": {[]any{int64(1), "a", stamp + "\xff\xff\x03abc", int64(0), int64(2)}, "subscriber 0 is cut short"},
+		"bad varint":     {[]any{int64(1), "a", stamp + strings.Repeat("\xff", 11), int64(0), int64(2)}, "subscriber 0 is cut short"},
 		"left over":      {[]any{int64(0), int64(0), "x", int64(2)}, "1 values left over"},
 	} {
-		_, err := demandsReply(tc.reply, levels, make([][]Demand, 2))
+		_, err := demandsReply(tc.reply, shs, make([][]Demand, 2))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
