@@ -93,17 +93,12 @@ func newLoadFlags(stderr io.Writer) (*flag.FlagSet, *loadFlags) {
 // parseLoadArgs parses and checks the flags of load.
 func parseLoadArgs(args []string, stderr io.Writer) (loadConfig, error) {
 	fs, f := newLoadFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return loadConfig{}, err
-		}
-		return loadConfig{}, fmt.Errorf("%w: %w", errReported, err)
+	if err := parseFlags(fs, args); err != nil {
+		return loadConfig{}, err
 	}
 	c := f.cfg
 	c.total = f.n
 	switch {
-	case fs.NArg() > 0:
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case c.addr == "":
 		return c, errors.New("-addr must not be empty")
 	case c.workers < 1:
@@ -150,38 +145,79 @@ func parseLoadArgs(args []string, stderr io.Writer) (loadConfig, error) {
 
 func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseLoadArgs(args, stderr)
+	return runMeasured("load", stdout, stderr, err, cfg.cpuprofile, func() (func(io.Writer) error, string, error) {
+		res, err := load(ctx, cfg)
+		if err != nil {
+			return nil, "", err
+		}
+		failure := ""
+		switch {
+		case res.requests == 0:
+			failure = "no request was measured"
+		case res.errorCount() == res.requests:
+			failure = fmt.Sprintf("every call failed; first error: %v", res.firstErr)
+		}
+		return func(w io.Writer) error { return writeReport(w, cfg, res) }, failure, nil
+	})
+}
+
+// parseFlags parses args into fs. -h gives flag.ErrHelp; a bad flag, which
+// fs has printed with its usage, wraps errReported; an argument left over
+// is an error still to print.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errReported, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// usageExit is the exit code of a command line that parseFlags or a
+// subcommand's checks refused (0 for -h), printing the error unless the
+// flag set did.
+func usageExit(stderr io.Writer, name string, err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	if err != nil {
-		if !errors.Is(err, errReported) {
-			fmt.Fprintf(stderr, "rls-bench load: %v\n", err)
-		}
-		return exitUsage
+	if !errors.Is(err, errReported) {
+		fmt.Fprintf(stderr, "rls-bench %s: %v\n", name, err)
 	}
-	if cfg.cpuprofile != "" {
-		stop, err := startProfile(cfg.cpuprofile)
+	return exitUsage
+}
+
+// runMeasured is what the measuring subcommands share: a bad command line
+// exits 2, a CPU profile spans the measurement, and the report is written
+// even when the run then counts as failed (failure not empty), so the
+// figures that tell why are there.
+func runMeasured(name string, stdout, stderr io.Writer, parseErr error, profile string,
+	measure func() (report func(io.Writer) error, failure string, err error)) int {
+	if parseErr != nil {
+		return usageExit(stderr, name, parseErr)
+	}
+	if profile != "" {
+		stop, err := startProfile(profile)
 		if err != nil {
-			fmt.Fprintf(stderr, "rls-bench load: cpu profile: %v\n", err)
+			fmt.Fprintf(stderr, "rls-bench %s: cpu profile: %v\n", name, err)
 			return exitError
 		}
 		defer stop()
 	}
-	res, err := load(ctx, cfg)
+	report, failure, err := measure()
 	if err != nil {
-		fmt.Fprintf(stderr, "rls-bench load: %v\n", err)
+		fmt.Fprintf(stderr, "rls-bench %s: %v\n", name, err)
 		return exitError
 	}
-	if err := writeReport(stdout, cfg, res); err != nil {
-		fmt.Fprintf(stderr, "rls-bench load: write report: %v\n", err)
+	if err := report(stdout); err != nil {
+		fmt.Fprintf(stderr, "rls-bench %s: write report: %v\n", name, err)
 		return exitError
 	}
-	switch {
-	case res.requests == 0:
-		fmt.Fprintln(stderr, "rls-bench load: no request was measured")
-		return exitError
-	case res.errorCount() == res.requests:
-		fmt.Fprintf(stderr, "rls-bench load: every call failed; first error: %v\n", res.firstErr)
+	if failure != "" {
+		fmt.Fprintf(stderr, "rls-bench %s: %s\n", name, failure)
 		return exitError
 	}
 	return exitOK

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+
+	"github.com/envoy-rls/envoy-rls/internal/grpctest"
 )
 
 // startNull runs "rls-bench null -listen 127.0.0.1:0" in-process and returns
@@ -161,17 +163,9 @@ func (s *oddServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReq
 
 func startOddServer(t *testing.T) (*oddServer, string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
 	s := &oddServer{domains: map[string]int{}, ndesc: map[int]int{}, entries: map[string]int{},
 		hits: map[uint32]int{}, indexes: map[int]int{}, peers: map[string]bool{}}
-	rlsv3.RegisterRateLimitServiceServer(srv, s)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return s, lis.Addr().String()
+	return s, grpctest.Serve(t, func(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) })
 }
 
 func TestLoadCountsCodesAndSendsDescriptors(t *testing.T) {

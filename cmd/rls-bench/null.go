@@ -40,15 +40,8 @@ func newNullFlags(stderr io.Writer) (*flag.FlagSet, *string) {
 // runNull serves until ctx is done, then stops gracefully.
 func runNull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, listen := newNullFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rls-bench null: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if err := parseFlags(fs, args); err != nil {
+		return usageExit(stderr, "null", err)
 	}
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -39,15 +39,8 @@ func runOTLP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rls-bench otlp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:4317", "`address` to listen on (port 0 picks a free one)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "rls-bench otlp: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if err := parseFlags(fs, args); err != nil {
+		return usageExit(stderr, "otlp", err)
 	}
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {

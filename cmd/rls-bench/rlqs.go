@@ -84,16 +84,11 @@ func newRLQSFlags(stderr io.Writer) (*flag.FlagSet, *rlqsFlags) {
 // parseRLQSArgs parses and checks the flags of rlqs.
 func parseRLQSArgs(args []string, stderr io.Writer) (rlqsConfig, error) {
 	fs, f := newRLQSFlags(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return rlqsConfig{}, err
-		}
-		return rlqsConfig{}, fmt.Errorf("%w: %w", errReported, err)
+	if err := parseFlags(fs, args); err != nil {
+		return rlqsConfig{}, err
 	}
 	c := f.cfg
 	switch {
-	case fs.NArg() > 0:
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case c.addr == "":
 		return c, errors.New("-target must not be empty")
 	case c.instances < 1:
@@ -143,41 +138,20 @@ func parseRLQSArgs(args []string, stderr io.Writer) (rlqsConfig, error) {
 
 func runRLQS(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseRLQSArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		if !errors.Is(err, errReported) {
-			fmt.Fprintf(stderr, "rls-bench rlqs: %v\n", err)
-		}
-		return exitUsage
-	}
-	if cfg.profile != "" {
-		stop, err := startProfile(cfg.profile)
+	return runMeasured("rlqs", stdout, stderr, err, cfg.profile, func() (func(io.Writer) error, string, error) {
+		res, err := rlqsLoad(ctx, cfg)
 		if err != nil {
-			fmt.Fprintf(stderr, "rls-bench rlqs: cpu profile: %v\n", err)
-			return exitError
+			return nil, "", err
 		}
-		defer stop()
-	}
-	res, err := rlqsLoad(ctx, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "rls-bench rlqs: %v\n", err)
-		return exitError
-	}
-	if err := writeRLQSReport(stdout, cfg, res); err != nil {
-		fmt.Fprintf(stderr, "rls-bench rlqs: write report: %v\n", err)
-		return exitError
-	}
-	switch {
-	case res.messages == 0:
-		fmt.Fprintln(stderr, "rls-bench rlqs: no report was sent while measuring")
-		return exitError
-	case res.answered == 0:
-		fmt.Fprintf(stderr, "rls-bench rlqs: no report was answered; first error: %v\n", res.firstErr)
-		return exitError
-	}
-	return exitOK
+		failure := ""
+		switch {
+		case res.messages == 0:
+			failure = "no report was sent while measuring"
+		case res.answered == 0:
+			failure = fmt.Sprintf("no report was answered; first error: %v", res.firstErr)
+		}
+		return func(w io.Writer) error { return writeRLQSReport(w, cfg, res) }, failure, nil
+	})
 }
 
 // rlqsLoad runs the Envoys: a warmup, the measured span (between two

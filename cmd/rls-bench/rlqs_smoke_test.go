@@ -16,6 +16,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 
+	"github.com/envoy-rls/envoy-rls/internal/grpctest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
@@ -64,15 +65,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	rlqsv3.RegisterRateLimitQuotaServiceServer(g, svc)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	return lis.Addr().String(), st
+	return grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, svc) }), st
 }
 
 // fakeRedis answers each INFO with counters that grow by a step each

@@ -2,16 +2,16 @@ package rlqsclient
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/internal/grpctest"
 )
 
 // wait bounds every wait for something the client or the server does.
@@ -55,23 +55,9 @@ func (f *fakeServer) StreamRateLimitQuotas(srv grpc.BidiStreamingServer[rlqsv3.R
 // newFake starts a fake server and returns it with a connection to it.
 func newFake(t *testing.T) (*fakeServer, *grpc.ClientConn) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeServer{streams: make(chan *fakeStream, 16)}
-	s := grpc.NewServer()
-	rlqsv3.RegisterRateLimitQuotaServiceServer(s, f)
-	go func() { _ = s.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		s.Stop()
-	})
-	return f, conn
+	addr := grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, f) })
+	return f, grpctest.Dial(t, addr)
 }
 
 // start returns an Instance on a manual clock talking to a new fake server.

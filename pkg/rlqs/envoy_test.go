@@ -3,14 +3,13 @@ package rlqs_test
 import (
 	"context"
 	"math"
-	"net"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoy-rls/envoy-rls/internal/grpctest"
 	"github.com/envoy-rls/envoy-rls/internal/rlqsclient"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
@@ -47,18 +46,7 @@ func newSim(t *testing.T, config string) *sim {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.svc)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	if s.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.conn.Close() })
+	s.conn = grpctest.Dial(t, grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.svc) }))
 	return s
 }
 

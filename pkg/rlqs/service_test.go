@@ -2,7 +2,6 @@ package rlqs
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,10 +12,10 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/envoy-rls/envoy-rls/internal/grpctest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
@@ -114,19 +113,7 @@ func newHarness(t *testing.T, cfgText string, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	rlqsv3.RegisterRateLimitQuotaServiceServer(g, h.svc)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	h.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.conn.Close() })
+	h.conn = grpctest.Dial(t, grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, h.svc) }))
 	return h
 }
 

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,23 +15,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
-// countingHook counts the commands a client sends.
-type countingHook struct{ n atomic.Int64 }
-
-func (h *countingHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *countingHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *countingHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // TestOneCommandPerRequest counts what Redis executes for requests of two
 // buckets, two levels of leaky buckets or a leaky bucket and a sliding
 // window on one node: one EVALSHA each, inside which the script reads and
@@ -41,7 +23,7 @@ func TestOneCommandPerRequest(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	hook := &countingHook{}
+	hook := &redistest.Counter{}
 	c.AddHook(hook)
 	store, err := redis.New(redis.Options{Client: c})
 	if err != nil {
@@ -63,7 +45,7 @@ func TestOneCommandPerRequest(t *testing.T) {
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	hook.n.Store(0)
+	hook.Cmds.Store(0)
 	const requests = 50
 	for i := range requests {
 		req := request([]string{fmt.Sprintf("user=u%d", i), "action=trade"})
@@ -91,7 +73,7 @@ func TestOneCommandPerRequest(t *testing.T) {
 			t.Errorf("unexpected command %s", cmd)
 		}
 	}
-	if sent := hook.n.Load(); sent != requests {
+	if sent := hook.Cmds.Load(); sent != requests {
 		t.Fatalf("the client sent %d commands for %d requests, want %d", sent, requests, requests)
 	}
 }
@@ -102,7 +84,7 @@ func TestOneCommandPerRequest(t *testing.T) {
 func TestTransactionsRoundTrips(t *testing.T) {
 	srv := redistest.Start(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	hook := &countingHook{}
+	hook := &redistest.Counter{}
 	c.AddHook(hook)
 	store, err := redis.New(redis.Options{Client: c, Mode: redis.TransactionsMode})
 	if err != nil {
@@ -112,36 +94,16 @@ func TestTransactionsRoundTrips(t *testing.T) {
 	l := limit.Limit{Size: 10, DripRate: time.Second, DripSize: 1}
 	buckets := []limit.Bucket{{Key: "api|user=a", Limit: l, Hits: 1}, {Key: "api|user=a|action=b", Limit: l, Hits: 1}}
 	results := make([]limit.Result, 2)
-	roundTrips := &countingTrips{}
-	c.AddHook(roundTrips)
 	// The first call also opens the connection (HELLO, CLIENT SETINFO).
 	for i := range 2 {
-		hook.n.Store(0)
-		roundTrips.n.Store(0)
+		hook.Reset()
 		if err := store.Apply(context.Background(), time.Now(), buckets, results); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	t.Logf("transactions mode, 2 buckets, no contention: %d round trips, %d commands", roundTrips.n.Load(), hook.n.Load())
-	if roundTrips.n.Load() != 3 {
-		t.Fatalf("%d round trips, want 3 (WATCH; TIME and reads; MULTI/EXEC)", roundTrips.n.Load())
-	}
-}
-
-// countingTrips counts round trips: a command or a whole pipeline.
-type countingTrips struct{ n atomic.Int64 }
-
-func (h *countingTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *countingTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *countingTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
+	t.Logf("transactions mode, 2 buckets, no contention: %d round trips, %d commands", hook.Trips.Load(), hook.Cmds.Load())
+	if hook.Trips.Load() != 3 {
+		t.Fatalf("%d round trips, want 3 (WATCH; TIME and reads; MULTI/EXEC)", hook.Trips.Load())
 	}
 }
 

@@ -130,6 +130,16 @@ end
 local decide_sliding, charge_sliding, decide_fixed, decide_calendar
 local function define_windows()
   define_window_state()
+  -- admit_count is the windows' shared rule: hits fit when the count
+  -- leaves room for them (a negative hits returns units, never below 0).
+  -- It returns admitted (1/0), the count after and the remaining.
+  local function admit_count(count, limit, hits)
+    if hits > limit - count then return 0, count, 0 end
+    local after = count + hits
+    if after < 0 then after = 0 end
+    if after < limit then return 1, after, limit - after end
+    return 1, after, 0
+  end
   -- decide_sliding is window.Sliding.Decide: for the window whose newest
   -- sub-window starts at start, with counts cs (newest first), it returns
   -- what decide returns (the count after the decision as the counter, the
@@ -146,13 +156,7 @@ local function define_windows()
     for k = 1, m do
       count = count + cs[k]
     end
-    local admitted, after = 0, count
-    if hits <= limit - count then
-      admitted, after = 1, count + hits
-      if after < 0 then after = 0 end
-    end
-    local remaining = 0
-    if admitted == 1 and after < limit then remaining = limit - after end
+    local admitted, after, remaining = admit_count(count, limit, hits)
     -- The sub-window k back from cur leaves the window when cur+n-k begins.
     local clear = 0
     if admitted == 1 and hits > 0 then
@@ -219,13 +223,7 @@ local function define_windows()
     local cur = floor(now / win)
     if index > cur then cur = index end
     if cur ~= index then count = 0 end
-    local admitted, after = 0, count
-    if hits <= limit - count then
-      admitted, after = 1, count + hits
-      if after < 0 then after = 0 end
-    end
-    local remaining = 0
-    if admitted == 1 and after < limit then remaining = limit - after end
+    local admitted, after, remaining = admit_count(count, limit, hits)
     local finish = (cur + 1) * win - now
     local clear, reset = 0, 0
     if after > 0 then clear = finish end
@@ -245,13 +243,7 @@ local function define_windows()
     local from, to = b2, b3
     if at < b1 then from, to = b0, b1 elseif at < b2 then from, to = b1, b2 end
     if start < from then count = 0 end
-    local admitted, after = 0, count
-    if hits <= limit - count then
-      admitted, after = 1, count + hits
-      if after < 0 then after = 0 end
-    end
-    local remaining = 0
-    if admitted == 1 and after < limit then remaining = limit - after end
+    local admitted, after, remaining = admit_count(count, limit, hits)
     -- At least 1: past b3 (a state of a later period than any sent), the
     -- count holds until the last period's end only.
     local finish = to - now

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,25 +34,6 @@ func emptied(shs []Shelf) []Shelf {
 	return out
 }
 
-// tripCounter counts round trips: a command or a whole pipeline.
-type tripCounter struct{ trips, cmds atomic.Int64 }
-
-func (h *tripCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
-func (h *tripCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
-	return func(ctx context.Context, cmd goredis.Cmder) error {
-		h.trips.Add(1)
-		h.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (h *tripCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []goredis.Cmder) error {
-		h.trips.Add(1)
-		h.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // TestDemandExchangeIsOneRoundTrip: on a single Redis an exchange of 200
 // levels is one round trip and one script call; one of 600 is one round
 // trip of three calls (at most 256 levels each); emptying 200 shelves is
@@ -62,7 +42,7 @@ func TestDemandExchangeIsOneRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	hook := &tripCounter{}
+	hook := &redistest.Counter{}
 	c.AddHook(hook)
 	s, err := New(Options{Client: c, Prefix: "trips:"})
 	if err != nil {
@@ -77,8 +57,7 @@ func TestDemandExchangeIsOneRoundTrip(t *testing.T) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		hook.trips.Store(0)
-		hook.cmds.Store(0)
+		hook.Reset()
 		view, err := s.ExchangeDemands(ctx, time.Now(), "r1", shelves(tc.levels, "env-1"))
 		if err != nil {
 			t.Fatal(err)
@@ -88,20 +67,20 @@ func TestDemandExchangeIsOneRoundTrip(t *testing.T) {
 		}
 		stats := redistest.CommandCalls(t, admin)
 		t.Logf("exchange of %d levels: %d round trips, %d commands sent; Redis ran %d EVALSHA, %d HSET, %d HGETALL, %d PEXPIRE",
-			tc.levels, hook.trips.Load(), hook.cmds.Load(), stats["evalsha"], stats["hset"], stats["hgetall"], stats["pexpire"])
-		if hook.trips.Load() != 1 || hook.cmds.Load() != int64(tc.calls) {
-			t.Fatalf("%d levels: %d round trips of %d commands, want 1 of %d", tc.levels, hook.trips.Load(), hook.cmds.Load(), tc.calls)
+			tc.levels, hook.Trips.Load(), hook.Cmds.Load(), stats["evalsha"], stats["hset"], stats["hgetall"], stats["pexpire"])
+		if hook.Trips.Load() != 1 || hook.Cmds.Load() != int64(tc.calls) {
+			t.Fatalf("%d levels: %d round trips of %d commands, want 1 of %d", tc.levels, hook.Trips.Load(), hook.Cmds.Load(), tc.calls)
 		}
 		if stats["evalsha"] != tc.calls || stats["eval"] != 0 {
 			t.Fatalf("%d levels: %d EVALSHA and %d EVAL, want %d EVALSHA", tc.levels, stats["evalsha"], stats["eval"], tc.calls)
 		}
 	}
-	hook.trips.Store(0)
+	hook.Trips.Store(0)
 	if _, err := s.ExchangeDemands(ctx, time.Now(), "r1", emptied(shelves(200, ""))); err != nil {
 		t.Fatal(err)
 	}
-	if hook.trips.Load() != 1 {
-		t.Fatalf("emptying 200 shelves: %d round trips, want 1", hook.trips.Load())
+	if hook.Trips.Load() != 1 {
+		t.Fatalf("emptying 200 shelves: %d round trips, want 1", hook.Trips.Load())
 	}
 }
 
@@ -113,7 +92,7 @@ func TestDemandCallsReadBoundedBytes(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	hook := &tripCounter{}
+	hook := &redistest.Counter{}
 	c.AddHook(hook)
 	s, err := New(Options{Client: c, Prefix: "budget:"})
 	if err != nil {
@@ -138,7 +117,7 @@ func TestDemandCallsReadBoundedBytes(t *testing.T) {
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	hook.trips.Store(0)
+	hook.Trips.Store(0)
 	view, err := s.ExchangeDemands(ctx, time.Now(), "small", mine)
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +128,9 @@ func TestDemandCallsReadBoundedBytes(t *testing.T) {
 		}
 	}
 	stats := redistest.CommandCalls(t, admin)
-	t.Logf("%d levels of %d subscribers: %d round trips, %d EVALSHA, %d HGETALL", levels, per, hook.trips.Load(), stats["evalsha"], stats["hgetall"])
-	if hook.trips.Load() != 2 || stats["evalsha"] != 2 || stats["hgetall"] != levels {
-		t.Fatalf("%d round trips, %d calls, %d levels read; want 2, 2, %d", hook.trips.Load(), stats["evalsha"], stats["hgetall"], levels)
+	t.Logf("%d levels of %d subscribers: %d round trips, %d EVALSHA, %d HGETALL", levels, per, hook.Trips.Load(), stats["evalsha"], stats["hgetall"])
+	if hook.Trips.Load() != 2 || stats["evalsha"] != 2 || stats["hgetall"] != levels {
+		t.Fatalf("%d round trips, %d calls, %d levels read; want 2, 2, %d", hook.Trips.Load(), stats["evalsha"], stats["hgetall"], levels)
 	}
 }
 
