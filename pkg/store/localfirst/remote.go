@@ -52,6 +52,7 @@ type pending struct {
 	wait []time.Duration
 }
 
+// newPending copies the request, for a call that may outlive it.
 func newPending(r *request, results []limit.Result) *pending {
 	p := &pending{results: results, ok: make([]bool, len(r.buckets)), wait: make([]time.Duration, len(r.buckets))}
 	p.r = request{buckets: r.buckets, hashes: slices.Clone(r.hashes), locks: slices.Clone(r.locks),
@@ -246,7 +247,10 @@ func (s *Store) conclude(p *pending, admitted bool) {
 // (charged there if the request is admitted) and the counts of the limits
 // that charge always it checks; then answers the request by it.
 func (s *Store) decideWithRedis(ctx context.Context, now time.Time, r *request, results []limit.Result) error {
-	p := newPending(r, results)
+	// Answered before Apply returns, while r is still this request's: the
+	// pending shares r's slices (askUnits's call may outlive the request,
+	// so it copies them).
+	p := &pending{results: results, r: *r, ok: make([]bool, len(r.buckets)), wait: make([]time.Duration, len(r.buckets))}
 	var rb []limit.Bucket
 	s.lock(p.r.locks)
 	for i, b := range p.r.buckets {
