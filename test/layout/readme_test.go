@@ -59,3 +59,27 @@ func TestReadmeTreeMatchesCode(t *testing.T) {
 		t.Fatalf("only %d packages found: is the walk reading the repository?", packages)
 	}
 }
+
+// TestReadmeIsShortEnoughToStartFrom: the README stays what a newcomer
+// needs to decide and start (depth goes to docs/): at most 400 lines, the
+// Quick start in the first 60.
+func TestReadmeIsShortEnoughToStartFrom(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(readme), "\n"), "\n")
+	if len(lines) > 400 {
+		t.Errorf("README.md has %d lines, at most 400: move depth to docs/", len(lines))
+	}
+	quick := -1
+	for i, l := range lines {
+		if l == "## Quick start" {
+			quick = i + 1
+			break
+		}
+	}
+	if quick < 0 || quick > 60 {
+		t.Errorf("README.md's \"## Quick start\" is at line %d, want within the first 60", quick)
+	}
+}
