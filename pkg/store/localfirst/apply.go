@@ -129,12 +129,12 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		// Decided here: the models' answer, charged (or not) as it says.
 		debts := s.settleHere(r, r.onModel, results)
 		s.unlock(r.locks)
-		s.pay(now, debts)
+		s.pay(ctx, now, debts, true)
 		return nil
 	}
 	debts := s.reserve(r)
 	s.unlock(r.locks)
-	s.pay(now, debts)
+	s.pay(ctx, now, debts, false)
 	if leaseOnly {
 		return s.askUnits(ctx, now, r, results)
 	}

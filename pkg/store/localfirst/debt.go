@@ -29,33 +29,44 @@ func owed(hits, lease int64) int64 {
 	return min(hits-lease, leaky.MaxSize)
 }
 
-// pay charges debts on Redis, in the background (the store's exact path,
-// which charges a bucket that charges always whatever its room): the
-// request that made them is answered by its models, and does not wait. If
-// the call fails, the debts stay with their entries for the next sync to
-// send: a charge is never dropped. (A reply lost after Redis ran the call
-// may have it sent twice: the budget then binds early, not late.) Each
-// debt's entry counts the call in its paying.
-func (s *Store) pay(now time.Time, debts []debt) {
+// pay charges debts on Redis (the store's exact path, which charges a
+// bucket that charges always whatever its room). If the call fails, the
+// debts stay with their entries for the next sync to send: a charge is
+// never dropped. (A reply lost after Redis ran the call may have it sent
+// twice: the budget then binds early, not late.) Each debt's entry counts
+// the call in its paying.
+//
+// A request decided here waits for its debts (wait), as exact mode's
+// charge would have been made before its answer: otherwise its caller's
+// next check could be decided on Redis before the charge lands, and a
+// budget checked and charged by several replicas overshoots more than in
+// exact mode. A request going on to Redis sends them beside its call. The
+// call is not cancelled with the request: the usage is spent.
+func (s *Store) pay(ctx context.Context, now time.Time, debts []debt, wait bool) {
 	if len(debts) == 0 {
 		return
 	}
 	s.paying.Add(1)
-	go func() {
+	send := func() {
 		defer s.paying.Done()
 		pays := make([]limit.Bucket, len(debts))
 		for n, d := range debts {
 			pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		rnow := now.UnixMicro() + s.offset.Load()
-		err := s.remote.Apply(ctx, now, pays, make([]limit.Result, len(pays)))
+		err := s.remote.Apply(cctx, now, pays, make([]limit.Result, len(pays)))
 		if err != nil {
 			s.failures.Add(1)
 		}
 		s.settle(debts, rnow, err)
-	}()
+	}
+	if wait {
+		send()
+		return
+	}
+	go send()
 }
 
 // settle records the outcome of a call that sent debts, made at rnow
