@@ -5,6 +5,8 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/rlqsclient"
 )
 
 // quota is what an Envoy's assignment lets through of one bucket's
@@ -14,11 +16,9 @@ import (
 type quota struct {
 	kind   string // "" (none yet: allowed, Envoy's default), or an assignment's kind
 	max    float64
-	rate   float64 // tokens a second, as Envoy reads the fill: whole seconds
+	rate   float64 // tokens a second, as Envoy reads the fill (+Inf or NaN: never runs out)
 	tokens float64
-	// What Envoy compares to keep a token bucket (and its tokens).
-	maxTokens, perFill uint32
-	fillNanos          int32
+	tb     *typev3.TokenBucket // the assignment, which Envoy compares to keep its limiter
 }
 
 // The kinds of bucket actions, as the service's metrics name them.
@@ -37,7 +37,7 @@ func (q *quota) decide(n uint64, secs float64) (allowed, denied uint64) {
 	case kindDenyAll:
 		return 0, n
 	case kindTokenBucket:
-		if math.IsInf(q.rate, 1) {
+		if math.IsInf(q.rate, 0) || math.IsNaN(q.rate) {
 			return n, 0 // a fill interval under a second: Envoy's bucket never runs out
 		}
 		q.tokens = math.Min(q.max, q.tokens+secs*q.rate)
@@ -68,18 +68,13 @@ func (q *quota) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
 		}
 	case *typev3.RateLimitStrategy_TokenBucket:
 		tb := st.TokenBucket
-		perFill, nanos := tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().GetNanos()
-		if q.kind == kindTokenBucket && q.maxTokens == tb.GetMaxTokens() && q.perFill == perFill && q.fillNanos == nanos {
+		if q.kind == kindTokenBucket && rlqsclient.SameTokenBucket(tb, q.tb) {
 			return kindTokenBucket
 		}
-		n := quota{kind: kindTokenBucket, max: float64(tb.GetMaxTokens()), maxTokens: tb.GetMaxTokens(), perFill: perFill, fillNanos: nanos,
-			rate: math.Inf(1)}
-		if secs := tb.GetFillInterval().GetSeconds(); secs > 0 {
-			n.rate = float64(perFill) / float64(secs)
-		}
+		n := quota{kind: kindTokenBucket, max: float64(tb.GetMaxTokens()), rate: rlqsclient.FillRate(tb), tb: tb}
 		n.tokens = n.max
-		if q.kind == kindTokenBucket && q.max > 0 {
-			n.tokens = math.Trunc(n.max * q.tokens / q.max)
+		if q.kind == kindTokenBucket {
+			n.tokens = rlqsclient.InitialTokens(tb.GetMaxTokens(), q.tokens, q.max)
 		}
 		*q = n
 		return kindTokenBucket

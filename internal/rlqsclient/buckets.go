@@ -152,7 +152,7 @@ func (i *Instance) initialAllowed() bool {
 // limiter unless the cached action holds a token bucket Envoy deems equal.
 func shouldReplace(cached *rlqsv3.RateLimitQuotaResponse_BucketAction, tb *typev3.TokenBucket) bool {
 	old, ok := tokenBucketOf(cached.GetQuotaAssignmentAction().GetRateLimitStrategy())
-	return !ok || !sameTokenBucket(tb, old)
+	return !ok || !SameTokenBucket(tb, old)
 }
 
 // tokenBucketOf returns s's token bucket when s is one. A token bucket

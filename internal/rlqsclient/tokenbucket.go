@@ -83,34 +83,42 @@ func wholeSeconds(d *durationpb.Duration) int64 {
 	return s
 }
 
-// fillRate is the rate Envoy reads from tb: tokens_per_fill (0 when unset)
+// FillRate is the rate Envoy reads from tb: tokens_per_fill (0 when unset)
 // over the fill interval in whole seconds, as a float division, so +Inf or
 // NaN for an interval under one second.
-func fillRate(tb *typev3.TokenBucket) float64 {
+func FillRate(tb *typev3.TokenBucket) float64 {
 	return float64(tb.GetTokensPerFill().GetValue()) / float64(wholeSeconds(tb.GetFillInterval()))
 }
 
 // tokenBucketFrom builds the limiter for tb at now, as Envoy does when it
-// replaces a bucket's limiter: full when there was none, else filled to the
-// share of its max that the old one held (truncated to whole tokens).
+// replaces a bucket's limiter: full when there was none, else as
+// InitialTokens says.
 func tokenBucketFrom(tb *typev3.TokenBucket, old *tokenBucket, now time.Time) *tokenBucket {
 	max := tb.GetMaxTokens()
 	initial := float64(max)
 	if old != nil {
-		share := old.available(now) / old.max
-		// A NaN share (an old max of 0) converts to a huge count in
-		// Envoy's C++, which fills the new bucket.
-		if !math.IsNaN(share) {
-			initial = math.Trunc(float64(max) * share)
-		}
+		initial = InitialTokens(max, old.available(now), old.max)
 	}
-	return newTokenBucket(max, fillRate(tb), initial, now)
+	return newTokenBucket(max, FillRate(tb), initial, now)
 }
 
-// sameTokenBucket is Envoy's test for keeping a limiter: the same
+// InitialTokens is what Envoy (1.33 on) fills a replacing limiter of max
+// tokens with: the share of its max that the old one held (oldTokens of
+// oldMax), truncated to whole tokens.
+func InitialTokens(max uint32, oldTokens, oldMax float64) float64 {
+	share := oldTokens / oldMax
+	if math.IsNaN(share) {
+		// An old max of 0: the NaN converts to a huge count in Envoy's
+		// C++, which fills the new bucket.
+		return float64(max)
+	}
+	return math.Trunc(float64(max) * share)
+}
+
+// SameTokenBucket is Envoy's test for keeping a limiter: the same
 // max_tokens, tokens_per_fill and fill_interval nanos. The seconds of the
 // fill interval are not compared.
-func sameTokenBucket(a, b *typev3.TokenBucket) bool {
+func SameTokenBucket(a, b *typev3.TokenBucket) bool {
 	return a.GetMaxTokens() == b.GetMaxTokens() &&
 		a.GetTokensPerFill().GetValue() == b.GetTokensPerFill().GetValue() &&
 		a.GetFillInterval().GetNanos() == b.GetFillInterval().GetNanos()
