@@ -11,10 +11,9 @@ import (
 // blocks: calendar: true counts those of a day or more on the calendar,
 // in the time zone time_zone ("" is UTC).
 type fileCalendar struct {
-	on   bool
-	zone string
-	// The keys, when given, for problems.
-	onKey, zoneKey *yaml.Node
+	on      bool
+	zone    string
+	zoneKey *yaml.Node // when given, for problems
 }
 
 // checkFileCalendar reports a file's time_zone without calendar: true.
@@ -23,11 +22,6 @@ func (r *reader) checkFileCalendar(c fileCalendar) {
 		fp := fieldPath{name: "time_zone"}
 		r.errorf(c.zoneKey, &fp, "needs calendar: true beside it: it is the zone of the file's calendar rate_limit blocks (a fixed_window names its own)")
 	}
-}
-
-func calendarPeriod(s string) (window.Calendar, bool) {
-	c, err := window.ParseCalendar(s)
-	return c, err == nil
 }
 
 // timeZone reads a time zone's IANA name, as a limit keeps it: "" for UTC.

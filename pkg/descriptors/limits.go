@@ -203,10 +203,12 @@ var (
 			if !ok {
 				return false
 			}
-			if w.calendar, ok = calendarPeriod(s); !ok {
+			var err error
+			if w.calendar, err = window.ParseCalendar(s); err != nil {
 				r.errorf(f.value, p, "%q: want day, week (from Monday), month or year", clip(s))
+				return false
 			}
-			return ok
+			return true
 		}),
 		fieldOf("time_zone", func(r *reader, f field, p *fieldPath, w *windowReading) bool {
 			w.zoneKey = f.key

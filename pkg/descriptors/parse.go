@@ -197,7 +197,6 @@ var fileObject = newObject(
 	}),
 	fieldOf("calendar", func(r *reader, f field, p *fieldPath, d *rawDomain) bool {
 		var ok bool
-		d.calendar.onKey = f.key
 		d.calendar.on, ok = r.boolean(f.value, p)
 		return ok
 	}),

@@ -160,6 +160,30 @@ func (r Rate) String() string {
 	return fmt.Sprintf("%d/%s", r.RequestsPerUnit, r.Unit)
 }
 
+// PerSecond is the rate l sustains, in requests per second: a leaky
+// bucket's drip, a window's limit over its length, a calendar window's
+// over its nominal period (Rate's: a month is 30 days).
+func (l Limit) PerSecond() float64 {
+	var n float64
+	var per time.Duration
+	switch {
+	case l.IsCalendar():
+		r := l.Rate()
+		n, per = float64(r.RequestsPerUnit), r.Unit.Duration()
+	case l.Algorithm == SlidingWindow:
+		n, per = float64(l.Size), l.Sliding().Window
+	case l.Algorithm == FixedWindow:
+		n, per = float64(l.Size), l.Fixed().Window
+	default:
+		b := l.Leaky().Clamped()
+		n, per = float64(b.DripSize), b.DripRate
+	}
+	if per <= 0 {
+		return 0
+	}
+	return n / per.Seconds()
+}
+
 // Rate expresses l as requests per unit, for the RLS response's current_limit,
 // which has no field for a bucket. When the bucket drains from full in one
 // unit (within 0.1%), it is Size per that unit, the exact inverse of

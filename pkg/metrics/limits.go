@@ -2,12 +2,10 @@ package metrics
 
 import (
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
 var (
@@ -75,7 +73,7 @@ func (c *limitsCollector) seriesOf(cfg *descriptors.Config) []limitSeries {
 	for _, d := range cfg.Domains() {
 		for _, r := range d.Rules() {
 			k := key{d.Name, r.Label(), r.Limit.Algorithm.String()}
-			s := limitSeries{domain: k.domain, label: k.label, algorithm: k.algorithm, size: float64(r.Limit.Size), perSecond: perSecond(r.Limit)}
+			s := limitSeries{domain: k.domain, label: k.label, algorithm: k.algorithm, size: float64(r.Limit.Size), perSecond: r.Limit.PerSecond()}
 			i, seen := index[k]
 			if !seen {
 				index[k] = len(series)
@@ -89,26 +87,4 @@ func (c *limitsCollector) seriesOf(cfg *descriptors.Config) []limitSeries {
 	}
 	c.last, c.series = cfg, series
 	return series
-}
-
-// perSecond is the rate l sustains, in requests per second.
-func perSecond(l limit.Limit) float64 {
-	var n float64
-	var per time.Duration
-	switch {
-	case l.IsCalendar():
-		r := l.Rate()
-		n, per = float64(r.RequestsPerUnit), r.Unit.Duration()
-	case l.Algorithm == limit.SlidingWindow:
-		n, per = float64(l.Size), l.Sliding().Window
-	case l.Algorithm == limit.FixedWindow:
-		n, per = float64(l.Size), l.Fixed().Window
-	default:
-		b := l.Leaky().Clamped()
-		n, per = float64(b.DripSize), b.DripRate
-	}
-	if per <= 0 {
-		return 0
-	}
-	return n / per.Seconds()
 }

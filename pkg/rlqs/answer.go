@@ -92,7 +92,7 @@ func (st *stream) chargeAndRoom(ctx context.Context, batch []*sub, now time.Time
 			if _, ok := levels[l.Key]; ok {
 				continue
 			}
-			levels[l.Key] = &level{rate: perSecond(l.Rule.Limit), size: l.Rule.Limit.Size}
+			levels[l.Key] = &level{rate: l.Rule.Limit.PerSecond(), size: l.Rule.Limit.Size}
 			if c, owed := st.owed[l.Key]; owed {
 				delete(st.owed, l.Key)
 				calls = append(calls, c)
@@ -294,20 +294,6 @@ func (st *stream) budget() time.Duration {
 // published again: a little more than its TTL, so that an Envoy that went
 // away frees its share within a few report intervals.
 func (st *stream) entryTTL() time.Duration { return time.Duration(st.ttl()) * time.Second }
-
-// perSecond is a limit's rate in requests per second.
-func perSecond(l limit.Limit) float64 {
-	if l.Algorithm == limit.LeakyBucket {
-		b := l.Leaky().Clamped()
-		return float64(b.DripSize) / b.DripRate.Seconds()
-	}
-	r := l.Rate()
-	period := r.Unit.Duration() * time.Duration(max(r.Multiplier, 1))
-	if period <= 0 {
-		return 0
-	}
-	return float64(r.RequestsPerUnit) / period.Seconds()
-}
 
 func assignmentAction(id *rlqsv3.BucketId, a Assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	strategy := &typev3.RateLimitStrategy{}

@@ -33,7 +33,7 @@ func calendarTables() []table {
 		h = time.Hour
 		d = 24 * h
 	)
-	in := func(name string) *time.Location { return window.Zone(name) }
+	in := window.Zone
 	from := func(t time.Time) time.Duration { return t.Sub(T0) }
 	berlinApril := from(time.Date(2026, 4, 1, 0, 0, 0, 0, in("Europe/Berlin")))   // 31 March, 22:00 UTC
 	berlinMay := from(time.Date(2026, 5, 1, 0, 0, 0, 0, in("Europe/Berlin")))     // April has 30 days
