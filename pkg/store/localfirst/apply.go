@@ -129,16 +129,20 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		// Decided here: the models' answer, charged (or not) as it says.
 		debts := s.settleHere(r, r.onModel, results)
 		s.unlock(r.locks)
-		s.pay(ctx, now, debts, true)
+		awaitPaid(ctx, s.pay(ctx, now, debts))
 		return nil
 	}
 	debts := s.reserve(r)
 	s.unlock(r.locks)
-	s.pay(ctx, now, debts, false)
+	paid := s.pay(ctx, now, debts)
+	var err error
 	if leaseOnly {
-		return s.askUnits(ctx, now, r, results)
+		err = s.askUnits(ctx, now, r, results)
+	} else {
+		err = s.decideWithRedis(ctx, now, r, results)
 	}
-	return s.decideWithRedis(ctx, now, r, results)
+	awaitPaid(ctx, paid)
+	return err
 }
 
 // classify finds each bucket's entry and how it is decided, counting its

@@ -29,44 +29,58 @@ func owed(hits, lease int64) int64 {
 	return min(hits-lease, leaky.MaxSize)
 }
 
-// pay charges debts on Redis (the store's exact path, which charges a
-// bucket that charges always whatever its room). If the call fails, the
-// debts stay with their entries for the next sync to send: a charge is
-// never dropped. (A reply lost after Redis ran the call may have it sent
-// twice: the budget then binds early, not late.) Each debt's entry counts
-// the call in its paying.
-//
-// A request decided here waits for its debts (wait), as exact mode's
-// charge would have been made before its answer: otherwise its caller's
-// next check could be decided on Redis before the charge lands, and a
-// budget checked and charged by several replicas overshoots more than in
-// exact mode. A request going on to Redis sends them beside its call. The
-// call is not cancelled with the request: the usage is spent.
-func (s *Store) pay(ctx context.Context, now time.Time, debts []debt, wait bool) {
+// pay starts charging debts on Redis (the store's exact path, which
+// charges a bucket that charges always whatever its room) and returns a
+// channel closed when that is done, nil when there are none. The request
+// that made them waits for it before it answers (awaitPaid), as exact mode
+// charges before it answers: otherwise its caller's next check could reach
+// Redis before the charge, and a budget checked and charged by several
+// replicas overshoots more than in exact mode. A request going on to Redis
+// waits while its own call is out, so the debts cost it no round trip.
+// The call is not cancelled with the request: the usage is spent.
+func (s *Store) pay(ctx context.Context, now time.Time, debts []debt) <-chan struct{} {
 	if len(debts) == 0 {
-		return
+		return nil
 	}
+	done := make(chan struct{})
 	s.paying.Add(1)
-	send := func() {
+	go func() {
 		defer s.paying.Done()
-		pays := make([]limit.Bucket, len(debts))
-		for n, d := range debts {
-			pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
-		}
+		defer close(done)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
-		rnow := now.UnixMicro() + s.offset.Load()
-		err := s.remote.Apply(cctx, now, pays, make([]limit.Result, len(pays)))
-		if err != nil {
-			s.failures.Add(1)
-		}
-		s.settle(debts, rnow, err)
-	}
-	if wait {
-		send()
+		s.sendDebts(cctx, now, debts)
+	}()
+	return done
+}
+
+// awaitPaid waits for pay's call, or until ctx is done.
+func awaitPaid(ctx context.Context, paid <-chan struct{}) {
+	if paid == nil {
 		return
 	}
-	go send()
+	select {
+	case <-paid:
+	case <-ctx.Done():
+	}
+}
+
+// sendDebts charges debts in one call. If it fails, the debts stay with
+// their entries for the next sync to send: a charge is never dropped. (A
+// reply lost after Redis ran the call may have it sent twice: the budget
+// then binds early, not late.) Each debt's entry counts the call in its
+// paying.
+func (s *Store) sendDebts(ctx context.Context, now time.Time, debts []debt) {
+	pays := make([]limit.Bucket, len(debts))
+	for n, d := range debts {
+		pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
+	}
+	rnow := now.UnixMicro() + s.offset.Load()
+	err := s.remote.Apply(ctx, now, pays, make([]limit.Result, len(pays)))
+	if err != nil {
+		s.failures.Add(1)
+	}
+	s.settle(debts, rnow, err)
 }
 
 // settle records the outcome of a call that sent debts, made at rnow
@@ -133,16 +147,7 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 		sh.mu.Unlock()
 	}
 	for start := 0; start < len(debts); start += debtChunk {
-		chunk := debts[start:min(start+debtChunk, len(debts))]
-		pays := make([]limit.Bucket, len(chunk))
-		for n, d := range chunk {
-			pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
-		}
-		err := s.remote.Apply(ctx, now, pays, make([]limit.Result, len(pays)))
-		if err != nil {
-			s.failures.Add(1)
-		}
-		s.settle(chunk, rnow, err)
+		s.sendDebts(ctx, now, debts[start:min(start+debtChunk, len(debts))])
 	}
 }
 

@@ -52,10 +52,11 @@ type pending struct {
 	wait []time.Duration
 }
 
-// newPending copies the request, for a call that may outlive it.
+// newPending copies the request, for a call that may outlive it: the
+// buckets too, which are the caller's, reused once it stops waiting.
 func newPending(r *request, results []limit.Result) *pending {
 	p := &pending{results: results, ok: make([]bool, len(r.buckets)), wait: make([]time.Duration, len(r.buckets))}
-	p.r = request{buckets: r.buckets, hashes: slices.Clone(r.hashes), locks: slices.Clone(r.locks),
+	p.r = request{buckets: slices.Clone(r.buckets), hashes: slices.Clone(r.hashes), locks: slices.Clone(r.locks),
 		entries: slices.Clone(r.entries), ways: slices.Clone(r.ways), gens: slices.Clone(r.gens),
 		states: slices.Clone(r.states), taken: slices.Clone(r.taken), short: slices.Clone(r.short),
 		charged: slices.Clone(r.charged), onModel: r.onModel, rnow: r.rnow}
