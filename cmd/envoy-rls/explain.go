@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -130,8 +129,8 @@ func explainFile(path string, cf *configFlags, req *rlsv3.RateLimitRequest, buck
 }
 
 // orderBuckets puts the entries of each descriptor of req, an RLQS
-// BucketId's pairs, in the order the domain's tree asks for them (those
-// no node asks for left at the end, where the walk stops).
+// BucketId's pairs, in the order the service reads them
+// (descriptors.Domain.BucketEntries).
 func orderBuckets(cfg *descriptors.Config, req *rlsv3.RateLimitRequest) error {
 	d := cfg.Domain(req.GetDomain())
 	if d == nil {
@@ -145,19 +144,9 @@ func orderBuckets(cfg *descriptors.Config, req *rlsv3.RateLimitRequest) error {
 			}
 			pairs[e.GetKey()] = e.GetValue()
 		}
-		ordered := d.Order(pairs)
 		var entries []*ratelimitv3.RateLimitDescriptor_Entry
-		for _, e := range ordered {
+		for _, e := range d.BucketEntries(pairs) {
 			entries = append(entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
-			delete(pairs, e.Key)
-		}
-		rest := make([]string, 0, len(pairs))
-		for k := range pairs {
-			rest = append(rest, k)
-		}
-		slices.Sort(rest)
-		for _, k := range rest {
-			entries = append(entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: pairs[k]})
 		}
 		desc.Entries = entries
 	}

@@ -49,12 +49,8 @@ func quotaService(s *settings, st store, red *redis.Store, config func() *descri
 	case failLocal:
 		mode = rlqs.FailLocal
 	}
-	timeout := s.storeTimeout
-	if timeout <= 0 {
-		timeout = time.Second
-	}
 	return rlqs.New(rlqs.Options{Store: st, Registry: registry, Config: config, Usage: usage, Logger: log, Observer: obs,
-		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailureMode: mode, StoreTimeout: timeout,
+		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailureMode: mode, StoreTimeout: s.storeTimeout,
 		MaxStreams: s.rlqs.maxStreams, MaxBuckets: s.rlqs.maxBuckets, MaxTotalBuckets: s.rlqs.maxTotalBuckets, MaxBucketsPerReport: s.rlqs.maxBucketsPerReport,
 		MaxEntries: s.maxEntries, MaxEntryBytes: s.maxEntryBytes})
 }

@@ -1,6 +1,25 @@
 package descriptors
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
+
+// BucketEntries is the request descriptor a bucket's pairs stand for, as
+// the service reads an RLQS BucketId: Order's entries, or, when no node asks
+// for any pair, every pair in key order (where the walk stops at once, as
+// for a descriptor of the pairs in any order).
+func (d *Domain) BucketEntries(pairs map[string]string) []Entry {
+	if es := d.Order(pairs); len(es) > 0 {
+		return es
+	}
+	keys := slices.Sorted(maps.Keys(pairs))
+	es := make([]Entry, len(keys))
+	for i, k := range keys {
+		es[i] = Entry{Key: k, Value: pairs[k]}
+	}
+	return es
+}
 
 // Order returns the pairs of an unordered bucket (an RLQS BucketId: a map
 // of key and value) as the entries of a request descriptor, in the order

@@ -52,3 +52,29 @@ descriptors:
 		t.Fatalf("levels %v", levels)
 	}
 }
+
+// TestBucketEntries: a pair no node asks for is left out when another
+// pair matches (so that under match: leaf an extra pair does not stop the
+// walk before the limit), and all pairs, in key order, when none does.
+func TestBucketEntries(t *testing.T) {
+	cfg, _, err := Parse(Source{Name: "b.yaml", Data: []byte(`domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Domain("api")
+	for _, c := range []struct {
+		pairs map[string]string
+		want  string
+	}{
+		{map[string]string{"user": "a", "zzz": "b"}, "[{user a}]"},
+		{map[string]string{"zzz": "b", "aaa": "c"}, "[{aaa c} {zzz b}]"},
+	} {
+		if got := fmt.Sprint(d.BucketEntries(c.pairs)); got != c.want {
+			t.Errorf("BucketEntries(%v) = %s, want %s", c.pairs, got, c.want)
+		}
+	}
+}

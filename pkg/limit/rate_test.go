@@ -2,6 +2,7 @@ package limit
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,25 @@ func TestParseUnit(t *testing.T) {
 	}
 	if d := Unit(0).Duration(); d != 0 {
 		t.Errorf("invalid unit has duration %s", d)
+	}
+}
+
+// TestPerSecond: the exact rate, not Rate's rounding to whole requests of
+// a unit (a window of 1.5 s for 1 request sustains 2/3 of a request a
+// second, not 1).
+func TestPerSecond(t *testing.T) {
+	cases := []struct {
+		limit Limit
+		want  float64
+	}{
+		{lb(100, 600*ms, 1), 100.0 / 60},
+		{lb(10, 100*ms, 2), 20},
+		{Limit{Algorithm: SlidingWindow, Size: 1, Window: 1500 * ms, Resolution: 100 * ms}, 2.0 / 3},
+		{Limit{Algorithm: FixedWindow, Size: 90, Window: time.Minute}, 1.5},
+	}
+	for _, c := range cases {
+		if got := c.limit.PerSecond(); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%v.PerSecond() = %v, want %v", c.limit, got, c.want)
+		}
 	}
 }

@@ -133,17 +133,6 @@ func (m *MemoryRegistry) Withdraw(_ context.Context, instance string, levels []s
 	return nil
 }
 
-// Len returns the entries held, expired or not.
-func (m *MemoryRegistry) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, lv := range m.levels {
-		n += len(lv)
-	}
-	return n
-}
-
 // unknown is the demand of a subscriber not measured yet.
 var unknown = math.Inf(1)
 

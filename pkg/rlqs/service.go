@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +16,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
-
-// ServiceName is the gRPC name of the service, also its name in
-// grpc.health.v1.
-const ServiceName = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
 // Store charges what Envoys report they allowed: the buckets of the
 // config, shared with the RLS service. Apply decides every bucket of one
@@ -185,23 +182,7 @@ func (s *Service) Close() {
 	s.once.Do(func() { close(s.closing) })
 }
 
-// Streams returns the number of open streams.
-func (s *Service) Streams() int { return int(s.streams.Load()) }
-
 func (s *Service) newStream() *stream {
 	n := s.next.Add(1)
-	return &stream{svc: s, instance: s.replica + "/" + itoa(n), subs: map[string]*sub{}}
-}
-
-func itoa(n uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
-	}
+	return &stream{svc: s, instance: s.replica + "/" + strconv.FormatUint(n, 10), subs: map[string]*sub{}}
 }

@@ -35,9 +35,6 @@ type sub struct {
 	// sent is its assignment in force, and sentAt when it was sent.
 	sent   Assignment
 	sentAt time.Time
-	// burst is what its token bucket holds at most, out of the room the
-	// limit had when the bucket was last changed.
-	burst int64
 }
 
 type sample struct {

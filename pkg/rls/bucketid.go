@@ -3,8 +3,6 @@ package rls
 import (
 	"context"
 	"encoding/json"
-	"sort"
-
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -48,7 +46,7 @@ func (s *Service) asBucketRequest(body []byte) (*rlsv3.RateLimitRequest, bool, e
 }
 
 // bucketEntries orders a BucketId's pairs as the domain's tree asks for
-// them (descriptors.Domain.Order).
+// them (descriptors.Domain.BucketEntries).
 func (s *Service) bucketEntries(domain string, bucket map[string]string) ([]descriptors.Entry, error) {
 	if len(bucket) == 0 {
 		return nil, badRequest("the bucket_id has no pairs")
@@ -61,20 +59,7 @@ func (s *Service) bucketEntries(domain string, bucket map[string]string) ([]desc
 	if d == nil {
 		return nil, unknownDomain(cfg, domain)
 	}
-	es := d.Order(bucket)
-	if len(es) == 0 {
-		// No node asks for any pair: the walk stops at once, as for a
-		// descriptor of the pairs in any order.
-		keys := make([]string, 0, len(bucket))
-		for k := range bucket {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			es = append(es, descriptors.Entry{Key: k, Value: bucket[k]})
-		}
-	}
-	return es, nil
+	return d.BucketEntries(bucket), nil
 }
 
 // BucketQuotas is GET /buckets for an RLQS bucket: the state of its
