@@ -11,18 +11,19 @@ import (
 )
 
 // serveExplain answers POST /explain: the request as for POST /json, its
-// explanation as JSON (Explanation), charging nothing.
+// explanation as JSON (Explanation), charging nothing; for an RLQS bucket
+// (bucket_id) with its subscribers (QuotaExplanation).
 func (s *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
 	body, ok := readBody(w, r)
 	if !ok {
 		return
 	}
-	req, isBucket, err := s.asBucketRequest(body)
+	req, br, err := s.asBucketRequest(body)
 	switch {
 	case err != nil:
 		s.writeError(w, err)
 		return
-	case !isBucket:
+	case br == nil:
 		if req, ok = parseRequest(w, body); !ok {
 			return
 		}
@@ -30,6 +31,10 @@ func (s *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
 	e, err := s.Explain(r.Context(), req)
 	if err != nil {
 		s.writeError(w, err)
+		return
+	}
+	if br != nil {
+		s.writeJSON(w, &QuotaExplanation{Explanation: e, Bucket: br.BucketID.Bucket, Subscribers: s.subscribers(br.Domain, br.BucketID.Bucket)})
 		return
 	}
 	s.writeJSON(w, e)

@@ -243,3 +243,38 @@ func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
 		}
 	}
 }
+
+// fakeQuotas shows one subscriber of every bucket, naming what it was
+// asked for.
+type fakeQuotas struct{}
+
+func (fakeQuotas) Subscribers(domain string, bucket map[string]string) any {
+	return []string{domain + " " + bucket["user"]}
+}
+
+// TestExplainBucketShowsSubscribers: POST /explain of an RLQS bucket shows
+// the walk and the bucket's subscribers, as GET /buckets?bucket= does.
+func TestExplainBucketShowsSubscribers(t *testing.T) {
+	svc, _, _ := shopService(t, Options{Quotas: fakeQuotas{}})
+	h := AdminHandler(svc, false, true)
+	for _, c := range []struct{ method, target, body string }{
+		{"POST", "/explain", `{"domain": "shop", "bucket_id": {"bucket": {"user": "alice"}}}`},
+		{"GET", "/buckets?domain=shop&bucket=user=alice", ""},
+	} {
+		code, out := do(t, h, c.method, c.target, c.body)
+		var got struct {
+			Code        string            `json:"code"`
+			Bucket      map[string]string `json:"bucket_id"`
+			Subscribers []string          `json:"subscribers"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); code != 200 || err != nil {
+			t.Fatalf("%s %s: %d %v\n%s", c.method, c.target, code, err, out)
+		}
+		if got.Bucket["user"] != "alice" || len(got.Subscribers) != 1 || got.Subscribers[0] != "shop alice" {
+			t.Errorf("%s %s: bucket %v, subscribers %v, want alice's and [shop alice]\n%s", c.method, c.target, got.Bucket, got.Subscribers, out)
+		}
+		if c.method == "POST" && got.Code != "OK" {
+			t.Errorf("POST /explain: code %q, want the walk's OK\n%s", got.Code, out)
+		}
+	}
+}

@@ -27,22 +27,22 @@ type bucketRequest struct {
 }
 
 // asBucketRequest reads body as an RLQS bucket, if it names one
-// (bucket_id), and returns the request of one descriptor it stands for:
-// its pairs in the order the domain's tree asks for them.
-func (s *Service) asBucketRequest(body []byte) (*rlsv3.RateLimitRequest, bool, error) {
-	var br bucketRequest
-	if json.Unmarshal(body, &br) != nil || br.BucketID == nil {
-		return nil, false, nil
+// (bucket_id: br not nil), and returns the request of one descriptor it
+// stands for: its pairs in the order the domain's tree asks for them.
+func (s *Service) asBucketRequest(body []byte) (req *rlsv3.RateLimitRequest, br *bucketRequest, err error) {
+	br = &bucketRequest{}
+	if json.Unmarshal(body, br) != nil || br.BucketID == nil {
+		return nil, nil, nil
 	}
 	es, err := s.bucketEntries(br.Domain, br.BucketID.Bucket)
 	if err != nil {
-		return nil, true, err
+		return nil, br, err
 	}
 	d := &ratelimitv3.RateLimitDescriptor{}
 	for _, e := range es {
 		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
 	}
-	return &rlsv3.RateLimitRequest{Domain: br.Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}}, true, nil
+	return &rlsv3.RateLimitRequest{Domain: br.Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}}, br, nil
 }
 
 // bucketEntries orders a BucketId's pairs as the domain's tree asks for
@@ -82,11 +82,24 @@ func (s *Service) BucketSubscribers(ctx context.Context, domain string, bucket m
 	if err != nil {
 		return nil, err
 	}
-	out := &BucketQuotas{Buckets: b, Bucket: bucket, Subscribers: []any{}}
-	if s.quotas != nil {
-		out.Subscribers = s.quotas.Subscribers(domain, bucket)
+	return &BucketQuotas{Buckets: b, Bucket: bucket, Subscribers: s.subscribers(domain, bucket)}, nil
+}
+
+// QuotaExplanation is POST /explain for an RLQS bucket: the walk, and
+// the bucket's subscribers on this replica, as GET /buckets shows them.
+type QuotaExplanation struct {
+	*Explanation
+	Bucket      map[string]string `json:"bucket_id"`
+	Subscribers any               `json:"subscribers"`
+}
+
+// subscribers is this replica's subscribers of a bucket: none without the
+// Rate Limit Quota Service.
+func (s *Service) subscribers(domain string, bucket map[string]string) any {
+	if s.quotas == nil {
+		return []any{}
 	}
-	return out, nil
+	return s.quotas.Subscribers(domain, bucket)
 }
 
 // parseBucket reads a BucketId written k=v,k=v.
