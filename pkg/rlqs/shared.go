@@ -111,12 +111,7 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 // exchange sends this replica's live entries on levels to the board and
 // keeps what the others have there.
 func (r *SharedRegistry) exchange(ctx context.Context, now time.Time, levels []string) error {
-	shelves := make([]Shelf, len(levels))
-	for i, level := range levels {
-		es, until := r.local.live(level, now)
-		shelves[i] = Shelf{Level: level, TTL: until.Sub(now), Entries: es}
-	}
-	got, err := r.board.Exchange(ctx, now, r.replica, shelves)
+	got, err := r.board.Exchange(ctx, now, r.replica, r.shelves(levels, now))
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, level := range levels {
@@ -144,13 +139,18 @@ func (r *SharedRegistry) Withdraw(ctx context.Context, instance string, levels [
 	r.mu.Lock()
 	now := r.last
 	r.mu.Unlock()
-	shelves := make([]Shelf, len(levels))
+	_, err := r.board.Exchange(ctx, now, r.replica, r.shelves(levels, now))
+	return err
+}
+
+// shelves is this replica's record of each level: its live entries there.
+func (r *SharedRegistry) shelves(levels []string, now time.Time) []Shelf {
+	out := make([]Shelf, len(levels))
 	for i, level := range levels {
 		es, until := r.local.live(level, now)
-		shelves[i] = Shelf{Level: level, TTL: until.Sub(now), Entries: es}
+		out[i] = Shelf{Level: level, TTL: until.Sub(now), Entries: es}
 	}
-	_, err := r.board.Exchange(ctx, now, r.replica, shelves)
-	return err
+	return out
 }
 
 // sweep forgets, once per refresh at most, the levels not exchanged for

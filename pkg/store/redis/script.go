@@ -221,17 +221,9 @@ func (noRetry) NoRetry() bool { return true }
 // answers NOSCRIPT (a new or restarted server, or a Cluster node that has
 // not seen it yet), never retrying.
 func runScript(ctx context.Context, c *clients, s *luaScript, keys, args []string) ([]int64, error) {
-	// Arguments go as *string, which an interface holds without copying
-	// the string header to the heap; the reply is read straight into
-	// integers (a generic Cmd would box each one).
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", &s.sha, len(keys))
-	for i := range keys {
-		cmdArgs = append(cmdArgs, &keys[i])
-	}
-	for i := range args {
-		cmdArgs = append(cmdArgs, &args[i])
-	}
+	// The reply is read straight into integers (a generic Cmd would box
+	// each one).
+	cmdArgs := scriptCmdArgs(s, false, &scriptCall{keys: keys, args: args})
 	ticket, err := c.allow(ctx, keys)
 	if err != nil {
 		return nil, err
