@@ -294,7 +294,10 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 		s.reference = true
 	}
 	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "redis-batch-wait" })
+	fs.Visit(func(f *flag.Flag) {
+		given = given || f.Name == "redis-batch-wait"
+		s.snapshot.intervalGiven = s.snapshot.intervalGiven || f.Name == "memory-snapshot-interval"
+	})
 	if !given && s.syncInterval > 0 && !s.redisCluster {
 		s.redisBatchWait = localFirstBatchWait
 	}

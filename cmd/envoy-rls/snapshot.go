@@ -19,6 +19,9 @@ type snapshotFlags struct {
 	path       string
 	interval   time.Duration
 	startEmpty bool
+	// intervalGiven says -memory-snapshot-interval was given (or set by
+	// its RLS_ variable), whatever its value.
+	intervalGiven bool
 }
 
 func newSnapshotFlags(fs *flag.FlagSet) *snapshotFlags {
@@ -34,7 +37,7 @@ func (f *snapshotFlags) check(store storeKind) error {
 	switch {
 	case f.interval <= 0:
 		return fmt.Errorf("-memory-snapshot-interval: must be positive, got %s", f.interval)
-	case f.path == "" && (f.startEmpty || f.interval != memory.DefaultSnapshotInterval):
+	case f.path == "" && (f.startEmpty || f.intervalGiven):
 		return fmt.Errorf("-memory-snapshot-interval and -memory-snapshot-start-empty need -memory-snapshot")
 	case f.path != "" && store == redisStore:
 		return fmt.Errorf("-memory-snapshot keeps the memory store's buckets across restarts: with -store redis they live in Redis, which keeps them itself (its RDB or AOF persistence), and the -failure-mode local store holds only an outage's counts")

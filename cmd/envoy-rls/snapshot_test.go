@@ -23,6 +23,7 @@ func TestSnapshotFlags(t *testing.T) {
 		{[]string{"-store", "redis", "-memory-snapshot", "/data/buckets"}, "-memory-snapshot keeps the memory store's buckets across restarts: with -store redis they live in Redis"},
 		{[]string{"-memory-snapshot-start-empty"}, "need -memory-snapshot"},
 		{[]string{"-memory-snapshot-interval", "1s"}, "need -memory-snapshot"},
+		{[]string{"-memory-snapshot-interval", "10s"}, "need -memory-snapshot"}, // the default's value, given
 		{[]string{"-memory-snapshot", "/data/buckets", "-memory-snapshot-interval", "0s"}, "-memory-snapshot-interval: must be positive"},
 	} {
 		if _, err := parseFlags(c.args, lookupIn(nil), io.Discard, false); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -13,7 +13,7 @@ import (
 // operator checks first when answers surprise them.
 func (s *settings) mode() string {
 	switch {
-	case s.store.value == memoryStore && s.snapshot != nil && s.snapshot.path != "":
+	case s.store.value == memoryStore && s.snapshot.path != "":
 		return fmt.Sprintf("memory, snapshot to %s every %s", s.snapshot.path, s.snapshot.interval)
 	case s.store.value == memoryStore:
 		return "memory (one replica; counts lost on restart without -memory-snapshot)"
