@@ -62,8 +62,5 @@ func (a *app) checkConfig(args []string) int {
 // for a syntax error the line's text and a caret under the mistake, on
 // the lines below.
 func printProblem(w io.Writer, p descriptors.Problem) {
-	fmt.Fprintln(w, p.String())
-	if x := p.Excerpt(); x != "" {
-		fmt.Fprintln(w, x)
-	}
+	fmt.Fprintln(w, p.Detail())
 }

@@ -206,6 +206,11 @@ func logConfigError(log *slog.Logger, err error) {
 		return
 	}
 	for _, p := range cfgErr.Problems {
+		if x := p.Excerpt(); x != "" {
+			// A syntax error's line and caret, as check-config prints them.
+			log.Error("invalid config: "+p.String(), "at", x)
+			continue
+		}
 		log.Error("invalid config: " + p.String())
 	}
 }

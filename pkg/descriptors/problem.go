@@ -44,6 +44,14 @@ const excerptIndent = "  | "
 // excerptWidth is how many characters of a long line an excerpt shows.
 const excerptWidth = 100
 
+// Detail is String, followed on the lines below by the Excerpt, if any.
+func (p Problem) Detail() string {
+	if x := p.Excerpt(); x != "" {
+		return p.String() + "\n" + x
+	}
+	return p.String()
+}
+
 // Excerpt shows where a syntax error is: the line's text, then a caret
 // under the column when it is known, each line starting with "  | ". It
 // is "" for problems without Text. A long line is shown around the column.
@@ -113,11 +121,7 @@ func (e *Error) Error() string {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(p.String())
-		if x := p.Excerpt(); x != "" {
-			b.WriteByte('\n')
-			b.WriteString(x)
-		}
+		b.WriteString(p.Detail())
 	}
 	return b.String()
 }
