@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	_ "time/tzdata" // the zone database, for a binary on a system without one (a scratch image)
 )
@@ -64,6 +65,46 @@ func (c Calendar) Period(at int64, loc *time.Location) Period {
 		loc = time.UTC
 	}
 	at = min(max(at, -maxInstant), maxInstant)
+	// Every instant of a period has that period: the last one found for
+	// c and loc answers the calls until it ends (a zone's date arithmetic
+	// costs a few hundred nanoseconds, on every decision).
+	k := c
+	if !k.Valid() {
+		k = Day // what it counts
+	}
+	slot := &lastPeriods[k][zoneSlot(loc)]
+	if last := slot.Load(); last != nil && last.loc == loc && last.Start <= at && at < last.End {
+		return last.Period
+	}
+	p, natural := c.period(at, loc)
+	if natural {
+		slot.Store(&foundPeriod{loc: loc, Period: p})
+	}
+	return p
+}
+
+// foundPeriod is a period Period found, and the zone it is of.
+type foundPeriod struct {
+	loc *time.Location
+	Period
+}
+
+// lastPeriods holds, per calendar and a few slots of zones, the last
+// period found: the calls of a period are many, its zones few.
+var lastPeriods [Year + 1][8]atomic.Pointer[foundPeriod]
+
+// zoneSlot picks loc's slot of lastPeriods by its name.
+func zoneSlot(loc *time.Location) int {
+	h := uint32(2166136261)
+	for _, b := range []byte(loc.String()) {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	return int(h % 8)
+}
+
+// period is Period without the cache; natural says the period is the
+// calendar's own, not stretched to hold at (which only odd zone rules need).
+func (c Calendar) period(at int64, loc *time.Location) (p Period, natural bool) {
 	t := time.UnixMicro(at).In(loc)
 	y, m, d := t.Date()
 	var from, to time.Time
@@ -78,11 +119,12 @@ func (c Calendar) Period(at int64, loc *time.Location) Period {
 	default:
 		from, to = dayStart(y, m, d, loc), dayStart(y, m, d+1, loc)
 	}
-	p := Period{Start: from.UnixMicro(), End: to.UnixMicro()}
+	p = Period{Start: from.UnixMicro(), End: to.UnixMicro()}
+	natural = p.Start <= at && at < p.End
 	// A period always holds at, whatever a zone's rules: the decisions
 	// take its end for the time until it resets.
 	p.Start, p.End = min(p.Start, at), max(p.End, at+1)
-	return p
+	return p, natural
 }
 
 // dayStart returns the first instant of the local day y-m-d in loc (m and

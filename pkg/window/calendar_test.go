@@ -2,6 +2,7 @@ package window
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -231,5 +232,23 @@ func TestCalendarZoneChange(t *testing.T) {
 	old := CalendarState{Start: instant(t, "2026-02-01T00:00:00Z").UnixMicro(), Count: 9}
 	if got := utc.Decide(old, now, 10); !got.Admitted || got.Remaining != 0 {
 		t.Errorf("February's count in March: %+v, want all 10 admitted", got)
+	}
+}
+
+// TestPeriodFoundBeforeIsTheSame: the periods Period remembers answer as
+// the date arithmetic does, across zones sharing slots, calendars, period
+// ends (a DST change included) and instants going back.
+func TestPeriodFoundBeforeIsTheSame(t *testing.T) {
+	zones := []*time.Location{time.UTC, Zone("Europe/Berlin"), Zone("America/New_York"), Zone("Asia/Kolkata"), Zone("Pacific/Chatham")}
+	start := time.Date(2026, 3, 27, 0, 0, 0, 0, time.UTC).UnixMicro()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		at := start + rng.Int64N(10*24*3600*1e6) // ten days over Europe's spring change
+		c := Calendar(rng.IntN(int(Year) + 2))   // NoCalendar and past Year count days
+		loc := zones[rng.IntN(len(zones))]
+		want, _ := c.period(at, loc)
+		if got := c.Period(at, loc); got != want {
+			t.Fatalf("step %d: %v.Period(%d, %v) = %+v, want %+v", i, c, at, loc, got, want)
+		}
 	}
 }
