@@ -31,17 +31,17 @@ func (s *settings) dropIn() string {
 	}
 	o := s.configOptions()
 	var ref, own []string
-	note := func(isRef bool, refText, ownVar, ownValue string) {
+	note := func(isRef bool, refText, flag, ownValue string) {
 		if isRef {
 			ref = append(ref, refText)
-			own = append(own, ownVar+"="+ownValue)
+			own = append(own, envName(flag)+"="+ownValue)
 		}
 	}
-	note(o.RateLimitAlgorithm == limit.FixedWindow, "rate_limit as fixed windows", "RLS_RATE_LIMIT_ALGORITHM", "leaky_bucket")
-	note(o.Leaf, "only the deepest node counts", "RLS_MATCH", "all")
-	note(o.Charge == descriptors.ChargeAlways, "every hit charged", "RLS_CHARGE", "admitted")
-	note(s.responseHeaders.value == rls.NoHeaders, "no response headers", "RLS_RESPONSE_HEADERS", "leaky")
-	note(s.responseHeaders.value == rls.EnvoyproxyHeaders, "its RateLimit-* headers", "RLS_RESPONSE_HEADERS", "leaky")
+	note(o.RateLimitAlgorithm == limit.FixedWindow, "rate_limit as fixed windows", "rate-limit-algorithm", "leaky_bucket")
+	note(o.Leaf, "only the deepest node counts", "match", "all")
+	note(o.Charge == descriptors.ChargeAlways, "every hit charged", "charge", "admitted")
+	note(s.responseHeaders.value == rls.NoHeaders, "no response headers", "response-headers", "leaky")
+	note(s.responseHeaders.value == rls.EnvoyproxyHeaders, "its RateLimit-* headers", "response-headers", "leaky")
 	if len(ref) == 0 {
 		return "started as envoyproxy/ratelimit, with envoy-rls's own rules (RLS_ variables)"
 	}

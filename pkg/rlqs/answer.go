@@ -48,7 +48,7 @@ func (st *stream) answer(ctx context.Context, batch []*sub, now time.Time) *rlqs
 		case FailQuiet:
 			return &rlqsv3.RateLimitQuotaResponse{}
 		case FailAllow, FailDeny:
-			return st.blanket(batch, svc.opts.FailureMode)
+			return st.blanket(batch)
 		}
 		local, _ := svc.opts.LocalRegistry.Publish(ctx, now, st.entryTTL(), st.entries(levels, now))
 		view = local
@@ -262,9 +262,9 @@ func (st *stream) abandoned(b *sub, view map[string][]Entry, now time.Time) bool
 
 // blanket answers every bucket of batch by the failure mode, for a short
 // while: a report interval.
-func (st *stream) blanket(batch []*sub, mode FailureMode) *rlqsv3.RateLimitQuotaResponse {
+func (st *stream) blanket(batch []*sub) *rlqsv3.RateLimitQuotaResponse {
 	kind := AllowAll
-	if mode == FailDeny {
+	if st.svc.opts.FailureMode == FailDeny {
 		kind = DenyAll
 	}
 	ttl := int64(max(math.Ceil(st.interval.Seconds()), 5))
@@ -291,8 +291,8 @@ func (st *stream) budget() time.Duration {
 }
 
 // entryTTL is how long the stream's registry entries last unless
-// published again: a little more than its TTL, so that an Envoy that went
-// away frees its share within a few report intervals.
+// published again: its assignments' TTL (three report intervals), so that
+// an Envoy that went away frees its share within a few report intervals.
 func (st *stream) entryTTL() time.Duration { return time.Duration(st.ttl()) * time.Second }
 
 func assignmentAction(id *rlqsv3.BucketId, a Assignment) *rlqsv3.RateLimitQuotaResponse_BucketAction {

@@ -175,7 +175,7 @@ func (st *stream) subscribe(id *rlqsv3.BucketId, cfg *descriptors.Config, now ti
 	b := &sub{id: id, key: key, active: now}
 	b.resolve(cfg, st.domain)
 	st.subs[key] = b
-	st.watch(b)
+	st.watch(b, now)
 	st.svc.obs.Subscribed()
 	return b
 }
@@ -184,18 +184,18 @@ func (st *stream) subscribe(id *rlqsv3.BucketId, cfg *descriptors.Config, now ti
 func (st *stream) resubscribe(b *sub, cfg *descriptors.Config, now time.Time) {
 	st.unwatch(b)
 	b.resolve(cfg, st.domain)
-	st.watch(b)
+	st.watch(b, now)
 }
 
 // watch notes b's levels as the stream's, and has RLS calls on them
-// counted.
-func (st *stream) watch(b *sub) {
+// counted from now.
+func (st *stream) watch(b *sub, now time.Time) {
 	if st.published == nil {
 		st.published = map[string]int{}
 	}
 	for _, l := range b.levels {
 		if st.published[l.Key] == 0 && st.svc.opts.Usage != nil {
-			st.svc.opts.Usage.watch(l.Key, st.svc.opts.Clock())
+			st.svc.opts.Usage.watch(l.Key, now)
 		}
 		st.published[l.Key]++
 	}

@@ -38,15 +38,19 @@ func (u *Usage) Charged(buckets []limit.Bucket, _ []limit.Result) {
 	if u == nil || u.watched.Load() == 0 {
 		return
 	}
+	var now time.Time // read once, at the first watched bucket
 	for _, b := range buckets {
 		if b.Hits <= 0 {
 			continue
 		}
 		if v, ok := u.keys.Load(b.Key); ok {
+			if now.IsZero() {
+				now = time.Now()
+			}
 			c := v.(*usageCount)
 			c.mu.Lock()
 			c.hits += b.Hits
-			c.active = time.Now()
+			c.active = now
 			c.mu.Unlock()
 		}
 	}
