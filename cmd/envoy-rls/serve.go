@@ -81,6 +81,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		log.Error("cannot start the rate limit quota service", "err", err)
 		return exitError
 	}
+	m.WatchRLQS(quotas.Streams, quotas.Buckets)
 	opts.Charges, opts.Quotas = usage, quotas
 	var stopTracing func()
 	if opts.Tracing, stopTracing, err = startTracing(ctx, s, log); err != nil {

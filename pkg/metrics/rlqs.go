@@ -11,8 +11,6 @@ import (
 // quotaMetrics count the Rate Limit Quota Service's streams, reports and
 // assignments. It implements rlqs.Observer.
 type quotaMetrics struct {
-	streams     prometheus.Gauge
-	buckets     prometheus.Gauge
 	reports     prometheus.Counter
 	reported    prometheus.Counter
 	assignments *prometheus.CounterVec
@@ -21,14 +19,10 @@ type quotaMetrics struct {
 }
 
 // RLQS returns the Rate Limit Quota Service's metrics, registered with the
-// others: streams open, buckets subscribed, reports, assignments sent by
-// kind (and whether a share moved), abandons and failures.
+// others: reports, assignments sent by kind (and whether a share moved),
+// abandons and failures. WatchRLQS adds the streams and buckets open.
 func (m *Metrics) RLQS() rlqs.Observer {
 	q := &quotaMetrics{
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_rls_rlqs_streams",
-			Help: "RLQS streams open: one per Envoy (per rate_limit_quota filter) on this replica."}),
-		buckets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "envoy_rls_rlqs_buckets",
-			Help: "RLQS buckets the open streams report (each stream's buckets counted once per stream)."}),
 		reports: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_reports_total",
 			Help: "RLQS usage reports received."}),
 		reported: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_reported_buckets_total",
@@ -41,7 +35,7 @@ func (m *Metrics) RLQS() rlqs.Observer {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_failures_total",
 			Help: "RLQS reports the store or the registry could not serve, answered by the failure mode."}),
 	}
-	m.registry.MustRegister(q.streams, q.buckets, q.reports, q.reported, q.assignments, q.abandons, q.failures)
+	m.registry.MustRegister(q.reports, q.reported, q.assignments, q.abandons, q.failures)
 	for _, kind := range []string{"token_bucket", "allow_all", "deny_all"} {
 		for _, changed := range []bool{true, false} {
 			q.assignments.WithLabelValues(kind, strconv.FormatBool(changed))
@@ -49,15 +43,6 @@ func (m *Metrics) RLQS() rlqs.Observer {
 	}
 	return q
 }
-
-func (q *quotaMetrics) StreamOpened() { q.streams.Inc() }
-
-func (q *quotaMetrics) StreamClosed(buckets int) {
-	q.streams.Dec()
-	q.buckets.Sub(float64(buckets))
-}
-
-func (q *quotaMetrics) Subscribed() { q.buckets.Inc() }
 
 func (q *quotaMetrics) Report(buckets int) {
 	q.reports.Inc()
@@ -67,10 +52,20 @@ func (q *quotaMetrics) Report(buckets int) {
 func (q *quotaMetrics) Assigned(kind string, changed bool) {
 	if kind == "abandon" {
 		q.abandons.Inc()
-		q.buckets.Dec()
 		return
 	}
 	q.assignments.WithLabelValues(kind, strconv.FormatBool(changed)).Inc()
 }
 
 func (q *quotaMetrics) Failed() { q.failures.Inc() }
+
+// WatchRLQS exports the service's own counts, read at each scrape: the
+// streams open and the buckets they report.
+func (m *Metrics) WatchRLQS(streams, buckets func() int) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_rlqs_streams",
+		Help: "RLQS streams open: one per Envoy (per rate_limit_quota filter) on this replica."},
+		func() float64 { return float64(streams()) }))
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_rlqs_buckets",
+		Help: "RLQS buckets the open streams report (each stream's buckets counted once per stream)."},
+		func() float64 { return float64(buckets()) }))
+}

@@ -3,12 +3,6 @@ package rlqs
 // Observer receives what the metrics count. Its methods must be quick and
 // safe for concurrent use.
 type Observer interface {
-	// StreamOpened and StreamClosed count streams; a closing stream held
-	// buckets subscriptions.
-	StreamOpened()
-	StreamClosed(buckets int)
-	// Subscribed is a bucket a stream began to report.
-	Subscribed()
 	// Report is one usage report of buckets buckets.
 	Report(buckets int)
 	// Assigned is one assignment sent: kind is "token_bucket",
@@ -22,9 +16,6 @@ type Observer interface {
 
 type noObserver struct{}
 
-func (noObserver) StreamOpened()         {}
-func (noObserver) StreamClosed(int)      {}
-func (noObserver) Subscribed()           {}
 func (noObserver) Report(int)            {}
 func (noObserver) Assigned(string, bool) {}
 func (noObserver) Failed()               {}

@@ -165,13 +165,11 @@ func (s *Service) StreamRateLimitQuotas(rs rlqsv3.RateLimitQuotaService_StreamRa
 	s.mu.Lock()
 	s.open[st] = struct{}{}
 	s.mu.Unlock()
-	s.obs.StreamOpened()
 	err := st.serve(rs)
 	s.mu.Lock()
 	delete(s.open, st)
 	s.mu.Unlock()
 	st.withdraw(errors.Is(err, errClosing))
-	s.obs.StreamClosed(len(st.subs))
 	return grpcStatus(err)
 }
 
@@ -181,6 +179,13 @@ func (s *Service) StreamRateLimitQuotas(rs rlqsv3.RateLimitQuotaService_StreamRa
 func (s *Service) Close() {
 	s.once.Do(func() { close(s.closing) })
 }
+
+// Streams returns the streams open.
+func (s *Service) Streams() int { return int(s.streams.Load()) }
+
+// Buckets returns the buckets the open streams report, each stream's
+// counted once.
+func (s *Service) Buckets() int { return int(s.buckets.Load()) }
 
 func (s *Service) newStream() *stream {
 	n := s.next.Add(1)

@@ -176,7 +176,6 @@ func (st *stream) subscribe(id *rlqsv3.BucketId, cfg *descriptors.Config, now ti
 	b.resolve(cfg, st.domain)
 	st.subs[key] = b
 	st.watch(b, now)
-	st.svc.obs.Subscribed()
 	return b
 }
 

@@ -78,11 +78,8 @@ type quotaCounts struct {
 	reports, failures, changed, renewed, abandons atomic.Int64
 }
 
-func (c *quotaCounts) StreamOpened()    {}
-func (c *quotaCounts) StreamClosed(int) {}
-func (c *quotaCounts) Subscribed()      {}
-func (c *quotaCounts) Report(int)       { c.reports.Add(1) }
-func (c *quotaCounts) Failed()          { c.failures.Add(1) }
+func (c *quotaCounts) Report(int) { c.reports.Add(1) }
+func (c *quotaCounts) Failed()    { c.failures.Add(1) }
 func (c *quotaCounts) Assigned(kind string, changed bool) {
 	switch {
 	case kind == "abandon":
