@@ -86,17 +86,21 @@ func chargeCalendar(r *Result, l Limit, now time.Time, hits int64) {
 	r.State = State{Counter: st.Count, Timestamp: st.Start}
 }
 
+// calendarUnits pairs the units of a day or more with their calendar
+// periods.
+var calendarUnits = [...]struct {
+	unit Unit
+	cal  window.Calendar
+}{{Day, window.Day}, {Week, window.Week}, {Month, window.Month}, {Year, window.Year}}
+
 // calendarRate is Rate for a calendar window: Size per its period.
 func calendarRate(l Limit) Rate {
 	n := uint32(min(max(l.Size, 0), math.MaxUint32))
 	u := Day // and for an unknown calendar, counted in days
-	switch l.Calendar {
-	case window.Week:
-		u = Week
-	case window.Month:
-		u = Month
-	case window.Year:
-		u = Year
+	for _, cu := range calendarUnits {
+		if cu.cal == l.Calendar {
+			u = cu.unit
+		}
 	}
 	return Rate{RequestsPerUnit: n, Unit: u}
 }
@@ -104,15 +108,10 @@ func calendarRate(l Limit) Rate {
 // CalendarOf returns the calendar period of a unit of a day or more; ok
 // is false for a shorter one, which is the same length whenever it falls.
 func CalendarOf(u Unit) (c window.Calendar, ok bool) {
-	switch u {
-	case Day:
-		return window.Day, true
-	case Week:
-		return window.Week, true
-	case Month:
-		return window.Month, true
-	case Year:
-		return window.Year, true
+	for _, cu := range calendarUnits {
+		if cu.unit == u {
+			return cu.cal, true
+		}
 	}
 	return window.NoCalendar, false
 }
