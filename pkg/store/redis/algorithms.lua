@@ -127,7 +127,7 @@ end
 -- The windows' functions, made only by a call that has a window: Redis
 -- makes a script's functions anew on every call, and a call of leaky
 -- buckets alone should not pay for them.
-local decide_sliding, charge_sliding, decide_fixed, decide_calendar
+local decide_sliding, charge_sliding, decide_fixed, decide_calendar, decide_count
 local function define_windows()
   define_window_state()
   -- admit_count is the windows' shared rule: hits fit when the count
@@ -252,6 +252,16 @@ local function define_windows()
     if after > 0 then clear = finish end
     if admitted == 0 then reset = finish end
     return admitted, after, from, remaining, clear, reset, clear
+  end
+
+  -- decide_count is decide_fixed, or decide_calendar for a calendar
+  -- window, of the limit whose fields start at lim[at]: its limit, then
+  -- its window, or its calendar's four period bounds.
+  decide_count = function(algo, c, t, lim, at, hits, now)
+    if algo == FIXED then
+      return decide_fixed(c, t, lim[at], lim[at + 1], hits, now)
+    end
+    return decide_calendar(c, t, lim[at], lim[at + 1], lim[at + 2], lim[at + 3], lim[at + 4], hits, now)
   end
 end
 

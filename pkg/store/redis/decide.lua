@@ -195,16 +195,11 @@ for _ = 1, tonumber(ARGV[2]) do
         end
         k = k + #cs
         admitted, _, _, _, _, _, B[j + 4] = decide_sliding(start, cs, LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
-      elseif algo == FIXED then
-        local c, t = load_state(v)
-        out[k + 1], out[k + 2] = c, t
-        k = k + 2
-        admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide_fixed(c, t, LIM[o + 4], LIM[o + 5], hits, now)
       else
         local c, t = load_state(v)
         out[k + 1], out[k + 2] = c, t
         k = k + 2
-        admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide_calendar(c, t, LIM[o + 4], LIM[o + 5], LIM[o + 6], LIM[o + 7], LIM[o + 8], hits, now)
+        admitted, B[j + 2], B[j + 3], _, _, _, B[j + 4] = decide_count(algo, c, t, LIM, o + 4, hits, now)
       end
     end
     B[j + 1] = admitted
@@ -266,11 +261,7 @@ for _ = 1, tonumber(ARGV[2]) do
           -- Past the limit: the hits are recorded all the same.
           c = c + hits
           if c > MAXSIZE then c = MAXSIZE end
-          if algo == FIXED then
-            _, c, t, _, _, _, ttl = decide_fixed(c, t, p1, p2, 0, now)
-          else
-            _, c, t, _, _, _, ttl = decide_calendar(c, t, p1, p2, p3, LIM[o + 7], LIM[o + 8], 0, now)
-          end
+          _, c, t, _, _, _, ttl = decide_count(algo, c, t, LIM, o + 4, 0, now)
         end
         local v = false
         if ttl > 0 then

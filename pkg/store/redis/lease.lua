@@ -50,15 +50,6 @@ for s = 1, tonumber(ARGV[2]) do
   end
 end
 
--- decide_count is decide_fixed, or decide_calendar for a calendar window
--- (algo 3), of the limit at offset o.
-local function decide_count(algo, o, c, t, hits)
-  if algo == FIXED then
-    return decide_fixed(c, t, LIM[o + 2], LIM[o + 3], hits, now)
-  end
-  return decide_calendar(c, t, LIM[o + 2], LIM[o + 3], LIM[o + 4], LIM[o + 5], LIM[o + 6], hits, now)
-end
-
 local out, k = {}, 0
 local _ -- the values a call returns that are not needed
 for i = 1, #KEYS do
@@ -152,14 +143,14 @@ for i = 1, #KEYS do
           rcall('DEL', key)
         end
       end
-      local admitted, after, cur, remaining, _, _, ttl = decide_count(algo, o, c, t, 0)
+      local admitted, after, cur, remaining, _, _, ttl = decide_count(algo, c, t, LIM, o + 2, 0, now)
       granted = grant(admitted, ask, remaining)
       if granted > 0 then
-        _, after, cur, _, _, _, ttl = decide_count(algo, o, c, t, granted)
+        _, after, cur, _, _, _, ttl = decide_count(algo, c, t, LIM, o + 2, granted, now)
         store_state(key, after, cur, 'PX', px(ttl))
       end
       c, t = after, cur
-      local fits, _, _, _, _, reset = decide_count(algo, o, c, t, 1)
+      local fits, _, _, _, _, reset = decide_count(algo, c, t, LIM, o + 2, 1, now)
       if fits == 0 then wait = reset end
     end
   end
