@@ -21,7 +21,7 @@ import (
 // serve runs the service until SIGINT or SIGTERM (or ctx ends), then
 // reports NOT_SERVING, stops taking calls and lets the calls in flight
 // finish.
-func (a *app) serve(ctx context.Context, args []string) int {
+func (a *app) serve(ctx context.Context, args []string) (code int) {
 	s, err := parseFlags(args, a.lookupEnv, a.stderr, a.name == referenceName)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK // parseArgs printed the flags
@@ -64,7 +64,14 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		log.Error("cannot open the store", "store", s.store.String(), "err", err)
 		return exitError
 	}
-	defer st.Close() // after the drain, deferred below: a memory store's last snapshot holds every charge
+	// After the drain, deferred below: a memory store's last snapshot holds
+	// every charge, and one not written (logged by the store) fails the
+	// exit. (Redis keeps its own counts: its close errors change nothing.)
+	defer func() {
+		if err := st.Close(); err != nil && s.store.value == memoryStore && code == exitOK {
+			code = exitError
+		}
+	}()
 	reconcile := snapshotReconciler(s, st, log)
 	if cfg != nil {
 		reconcile(cfg)
@@ -141,7 +148,7 @@ func (a *app) serve(ctx context.Context, args []string) int {
 		a.ready(srv.addrs)
 	}
 
-	code := exitOK
+	code = exitOK
 	select {
 	case <-ctx.Done():
 	case err := <-srv.failed:

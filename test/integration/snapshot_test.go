@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +89,30 @@ func TestSnapshotSIGTERM(t *testing.T) {
 	}
 	if n := spend(t, r, "bob"); n != 5 {
 		t.Errorf("a fresh budget admitted %d, want 5", n)
+	}
+}
+
+// TestSnapshotNotWrittenFailsTheExit: when the last snapshot cannot be
+// written (its folder is gone), the charges since the last one are lost:
+// the service says so and exits 1, not 0, so that whatever runs it sees.
+func TestSnapshotNotWrittenFailsTheExit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, r := budgetReplica(t, filepath.Join(dir, "buckets.snap"))
+	charge(t, r, "alice", 2)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	err := exited(t, p)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit after a snapshot that could not be written: %v, want exit status 1; output:\n%s", err, p.out)
+	}
+	if !strings.Contains(p.out.String(), "memory snapshot not written at shutdown") {
+		t.Errorf("the log does not say the snapshot was not written; output:\n%s", p.out)
 	}
 }
 
