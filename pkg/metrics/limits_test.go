@@ -92,6 +92,7 @@ func TestLimitGaugeCalendar(t *testing.T) {
 	}
 }
 
+// gatherValue is the value of name's one series, a gauge or a counter.
 func gatherValue(t *testing.T, m *Metrics, name string) float64 {
 	t.Helper()
 	families, err := m.Registry().Gather()
@@ -100,6 +101,9 @@ func gatherValue(t *testing.T, m *Metrics, name string) float64 {
 	}
 	for _, f := range families {
 		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			if c := f.GetMetric()[0].GetCounter(); c != nil {
+				return c.GetValue()
+			}
 			return f.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
