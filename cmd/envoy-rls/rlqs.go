@@ -36,7 +36,7 @@ func newRLQSFlags(fs *flag.FlagSet) *rlqsSettings {
 // config as the RLS service: on Redis (red not nil), replicas share their
 // subscribers there; on memory, in process.
 func quotaService(s *settings, st store, red *redis.Store, config func() *descriptors.Config, usage *rlqs.Usage, obs rlqs.Observer, log *slog.Logger) (*rlqs.Service, error) {
-	var registry rlqs.Registry = rlqs.NewMemoryRegistry()
+	var registry rlqs.Registry = rlqs.NewMemoryRegistry(rlqs.DefaultDivideEvery)
 	if red != nil {
 		registry = rlqs.RedisRegistry(red)
 	}

@@ -89,7 +89,7 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 		return exitError
 	}
 	m.WatchRLQS(quotas.Streams, quotas.Buckets)
-	opts.Charges, opts.Quotas = usage, quotas
+	opts.Demand, opts.Quotas = usage, quotas
 	var stopTracing func()
 	if opts.Tracing, stopTracing, err = startTracing(ctx, s, log); err != nil {
 		log.Error("cannot trace", "err", err)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpctest"
@@ -60,12 +59,12 @@ descriptors:
 		t.Fatal(err)
 	}
 	st := &mapStore{states: map[string]limit.State{}}
-	svc, err := rlqs.New(rlqs.Options{Store: st, Registry: rlqs.NewMemoryRegistry(),
+	svc, err := rlqs.New(rlqs.Options{Store: st, Registry: rlqs.NewMemoryRegistry(rlqs.DefaultDivideEvery),
 		Config: func() *descriptors.Config { return cfg }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, svc) }), st
+	return grpctest.Serve(t, func(g *grpc.Server) { svc.Register(g) }, svc.ServerOptions()...), st
 }
 
 // fakeRedis answers each INFO with counters that grow by a step each

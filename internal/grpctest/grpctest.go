@@ -10,15 +10,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// Serve starts a gRPC server on a free loopback port with what register
-// adds to it, and returns its address. The server stops when the test ends.
-func Serve(t testing.TB, register func(*grpc.Server)) string {
+// Serve starts a gRPC server of opts on a free loopback port with what
+// register adds to it, and returns its address. The server stops when the
+// test ends.
+func Serve(t testing.TB, register func(*grpc.Server), opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	register(g)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpctest"
@@ -41,12 +40,12 @@ func newSim(t *testing.T, config string) *sim {
 		t.Fatal(err)
 	}
 	s := &sim{t: t, clock: rlqsclient.NewManualClock(time.Unix(1_800_000_000, 0)), store: st, usage: &rlqs.Usage{}, cfg: cfg}
-	s.svc, err = rlqs.New(rlqs.Options{Store: s.store, Registry: rlqs.NewMemoryRegistry(), Usage: s.usage,
+	s.svc, err = rlqs.New(rlqs.Options{Store: s.store, Registry: rlqs.NewMemoryRegistry(rlqs.DefaultDivideEvery), Usage: s.usage,
 		Config: func() *descriptors.Config { return cfg }, Clock: s.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.conn = grpctest.Dial(t, grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s.svc) }))
+	s.conn = grpctest.Dial(t, grpctest.Serve(t, func(g *grpc.Server) { s.svc.Register(g) }, s.svc.ServerOptions()...))
 	return s
 }
 
@@ -91,8 +90,8 @@ type rls struct {
 func (s *sim) call(r *rls, key string, l limit.Limit, measure bool) {
 	bs := []limit.Bucket{{Key: key, Limit: l, Hits: 1}}
 	res := make([]limit.Result, 1)
+	s.usage.Asked(bs) // as the RLS service tells it, before anything answers
 	s.store.Apply(context.Background(), s.clock.Now(), bs, res)
-	s.usage.Charged(bs, res)
 	if res[0].Admitted && measure {
 		r.allowed++
 	}

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
@@ -10,35 +11,39 @@ import (
 // RedisRegistry shares subscribers among replicas through a Redis store:
 // a SharedRegistry exchanging each level at most once per DefaultRefresh.
 func RedisRegistry(s *redis.Store) *SharedRegistry {
-	return NewSharedRegistry(RedisBoard(s), DefaultRefresh)
+	return NewSharedRegistry(RedisBoard(s), DefaultRefresh, DefaultDivideEvery)
 }
 
-// RedisBoard is a Board on a Redis store: its ExchangeDemands, whose
-// demands are Entry's.
+// RedisBoard is a Board on a Redis store: its ExchangeRecords, of records
+// encoded here.
 func RedisBoard(s *redis.Store) Board { return redisBoard{s} }
 
 type redisBoard struct{ s *redis.Store }
 
-func (r redisBoard) Exchange(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Entry, error) {
+func (r redisBoard) Exchange(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Record, error) {
 	rs := make([]redis.Shelf, len(shelves))
+	var buf []byte
 	for i, sh := range shelves {
-		ds := make([]redis.Demand, len(sh.Entries))
-		for j, e := range sh.Entries {
-			ds[j] = redis.Demand(e)
+		rs[i] = redis.Shelf{Level: sh.Level, TTL: sh.TTL}
+		if sh.Record != nil {
+			start := len(buf)
+			buf = appendRecord(buf, sh.Record)
+			rs[i].Record = buf[start:len(buf):len(buf)]
 		}
-		rs[i] = redis.Shelf{Level: sh.Level, TTL: sh.TTL, Demands: ds}
 	}
-	got, err := r.s.ExchangeDemands(ctx, now, replica, rs)
+	got, err := r.s.ExchangeRecords(ctx, now, replica, rs)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string][]Entry, len(got))
-	for level, ds := range got {
-		es := make([]Entry, len(ds))
-		for i, d := range ds {
-			es[i] = Entry(d)
+	out := make(map[string][]Record, len(got))
+	for level, values := range got {
+		recs := make([]Record, len(values))
+		for i, v := range values {
+			if recs[i], err = parseRecord(v); err != nil {
+				return nil, fmt.Errorf("redis store: level %q: another replica's record: %w", level, err)
+			}
 		}
-		out[level] = es
+		out[level] = recs
 	}
 	return out, nil
 }

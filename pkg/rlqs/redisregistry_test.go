@@ -26,7 +26,7 @@ func redisReplicas(connect redis.ClientOptions, name string) rlqstest.NewRegistr
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			rs[i] = rlqs.NewSharedRegistry(rlqs.RedisBoard(s), 0)
+			rs[i] = rlqs.NewSharedRegistry(rlqs.RedisBoard(s), 0, 0)
 		}
 		return rs
 	}
@@ -34,14 +34,14 @@ func redisReplicas(connect redis.ClientOptions, name string) rlqstest.NewRegistr
 
 // TestRedisRegistry runs the registry suite, which the memory registry
 // passes too, on a single Redis and on a Cluster. The Redis store bounds
-// the replicas of a level, not the entries (the store's tests check it).
+// the replicas of a level (the store's tests check it).
 func TestRedisRegistry(t *testing.T) {
 	t.Run("Single", func(t *testing.T) {
 		srv := redistest.Start(t)
-		rlqstest.Run(t, redisReplicas(redis.ClientOptions{URL: srv.URL()}, "reg"), rlqstest.Options{})
+		rlqstest.Run(t, redisReplicas(redis.ClientOptions{URL: srv.URL()}, "reg"))
 	})
 	t.Run("Cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t)
-		rlqstest.Run(t, redisReplicas(redis.ClientOptions{URL: cl.URL(), Cluster: true}, "creg"), rlqstest.Options{})
+		rlqstest.Run(t, redisReplicas(redis.ClientOptions{URL: cl.URL(), Cluster: true}, "creg"))
 	})
 }

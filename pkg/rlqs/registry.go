@@ -3,117 +3,153 @@ package rlqs
 import (
 	"context"
 	"math"
-	"slices"
 	"sync"
 	"time"
 )
 
 // Entry is one subscriber's demand on one level of a limit (a bucket of
-// the config, by its key), as a replica publishes it.
+// the config, by its key), as a replica publishes it, and what the
+// publish answers.
 type Entry struct {
 	// Level is the level's bucket key.
 	Level string
 	// Instance names the subscriber, uniquely across replicas: an Envoy's
 	// stream, or a replica's RLS calls on the level.
 	Instance string
+	// Rate is the level's limit, requests per second: what is divided.
+	Rate float64
 	// Demand is the requests per second it wants there; +Inf while not
 	// known yet (an Envoy's first report).
 	Demand float64
 	// Active is when it last reported a request there, Unix microseconds;
 	// 0 for never.
 	Active int64
+
+	// Share is set by Publish: the subscriber's part of Rate, requests
+	// per second.
+	Share float64
+	// Latest is set by Publish: the latest Active of any subscriber of
+	// the level, on any replica, as far as this one knows.
+	Latest int64
+
+	// lv and h are where a MemoryRegistry's publish recorded it, for the
+	// shares it reads back in the same publish.
+	lv *levelState
+	h  *held
 }
 
-// Registry shares the subscribers of every level among the replicas that
-// serve them: each replica publishes its own, and divides each level's
-// limit among all of them. Entries not published again within their TTL
-// are gone (a replica that died, an Envoy that left).
+// Registry divides each level's limit among the subscribers of every
+// replica that serves them: each replica publishes its own, and reads
+// their shares. Entries not published again within their TTL are gone (a
+// replica that died, an Envoy that left).
 type Registry interface {
-	// Publish records entries, valid for ttl from now, and returns every
-	// live entry of each level of entries, from all replicas.
-	Publish(ctx context.Context, now time.Time, ttl time.Duration, entries []Entry) (map[string][]Entry, error)
+	// Publish records entries, valid for ttl from now, and sets each
+	// one's Share and Latest.
+	Publish(ctx context.Context, now time.Time, ttl time.Duration, entries []Entry) error
 	// Withdraw removes an instance's entries on levels (a stream that
-	// closed), so its share goes to the others at once.
+	// closed), so that its share goes to the others at the level's next
+	// division.
 	Withdraw(ctx context.Context, instance string, levels []string) error
+	// Summary describes a level as this replica divides it, with its top
+	// largest shares here; false if no one here subscribes to it.
+	Summary(level string, top int) (LevelSummary, bool)
 }
+
+// DefaultDivideEvery is how often a MemoryRegistry works a level's
+// division out anew at most: what makes a report's cost independent of
+// the number of subscribers (a division sorts them all; a report between
+// two reads the last). A changed demand moves the shares within it, and
+// reaches each Envoy at its next report after: within two report
+// intervals, the shortest being a second. A subscriber new since counts
+// at once, as wanting all it can get.
+const DefaultDivideEvery = 500 * time.Millisecond
 
 // MemoryRegistry is a Registry in process, for one replica: the memory
-// store's, and the one the failure mode local falls back to. It is safe
-// for concurrent use. A level's entries are a short list, not a map: most
-// levels have a few subscribers, and a map of one costs a kilobyte.
+// store's, the one the failure mode local falls back to, and the one a
+// SharedRegistry keeps this replica's own subscribers in, beside the
+// others' records. It is safe for concurrent use.
 type MemoryRegistry struct {
+	every time.Duration
+
 	mu     sync.Mutex
-	levels map[string][]held
+	levels map[string]*levelState
 	swept  time.Time
 }
 
-type held struct {
-	instance string
-	demand   float64
-	active   int64
-	until    int64 // Unix nanoseconds
-}
-
-// NewMemoryRegistry returns an empty registry.
-func NewMemoryRegistry() *MemoryRegistry {
-	return &MemoryRegistry{levels: map[string][]held{}}
+// NewMemoryRegistry returns an empty registry that divides a level anew
+// at most once every every (0: at every publish that changed it).
+func NewMemoryRegistry(every time.Duration) *MemoryRegistry {
+	return &MemoryRegistry{every: max(every, 0), levels: map[string]*levelState{}}
 }
 
 // Publish implements Registry.
-func (m *MemoryRegistry) Publish(_ context.Context, now time.Time, ttl time.Duration, entries []Entry) (map[string][]Entry, error) {
-	view, _ := m.publish(now, ttl, entries)
-	return view, nil
+func (m *MemoryRegistry) Publish(_ context.Context, now time.Time, ttl time.Duration, entries []Entry) error {
+	m.record(now, ttl, entries)
+	m.shares(now, entries)
+	return nil
 }
 
-// publish is Publish, and names the levels that gained an instance.
-func (m *MemoryRegistry) publish(now time.Time, ttl time.Duration, entries []Entry) (view map[string][]Entry, joined map[string]bool) {
+// record keeps entries, valid for ttl from now, and returns the levels
+// that gained a subscriber.
+func (m *MemoryRegistry) record(now time.Time, ttl time.Duration, entries []Entry) (joined map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	until := now.Add(ttl).UnixNano()
-	for _, e := range entries {
-		lv := m.levels[e.Level]
-		h := held{instance: e.Instance, demand: e.Demand, active: e.Active, until: until}
-		i := slices.IndexFunc(lv, func(h held) bool { return h.instance == e.Instance })
-		if i >= 0 {
-			lv[i] = h
-		} else {
-			m.levels[e.Level] = append(lv, h)
+	var last *levelState
+	for i := range entries {
+		e := &entries[i]
+		lv := last
+		if lv == nil || (i > 0 && entries[i-1].Level != e.Level) {
+			if lv = m.levels[e.Level]; lv == nil {
+				lv = newLevelState()
+				m.levels[e.Level] = lv
+			}
+		}
+		last = lv
+		e.lv = lv
+		if lv.put(e, until) {
 			if joined == nil {
 				joined = map[string]bool{}
 			}
 			joined[e.Level] = true
 		}
 	}
-	at := now.UnixNano()
-	out := make(map[string][]Entry, len(entries))
-	for _, e := range entries {
-		if _, done := out[e.Level]; done {
-			continue
-		}
-		lv := slices.DeleteFunc(m.levels[e.Level], func(h held) bool { return at > h.until })
-		m.levels[e.Level] = lv
-		live := make([]Entry, len(lv))
-		for i, h := range lv {
-			live[i] = Entry{Level: e.Level, Instance: h.instance, Demand: h.demand, Active: h.active}
-		}
-		out[e.Level] = live
-	}
-	if now.Sub(m.swept) > ttl {
-		m.sweep(at)
+	if now.Sub(m.swept) > max(ttl, time.Second) {
+		m.sweep(now)
 		m.swept = now
 	}
-	return out, joined
+	return joined
 }
 
-// sweep drops every entry past its TTL, so that levels no one publishes
-// again cost nothing.
-func (m *MemoryRegistry) sweep(at int64) {
+// shares divides anew each level of entries that changed, if its last
+// division is every old, and sets each entry's Share and Latest.
+func (m *MemoryRegistry) shares(now time.Time, entries []Entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range entries {
+		e := &entries[i]
+		lv := e.lv
+		if lv.stale(now) && (lv.div.At.IsZero() || now.Sub(lv.div.At) >= m.every) {
+			lv.divide(now)
+		}
+		e.Share, e.Latest = lv.shareOf(e.h), lv.latest
+	}
+}
+
+// sweep drops every entry past its TTL, and the levels left empty, so
+// that levels no one publishes again cost nothing. Called with m.mu held.
+func (m *MemoryRegistry) sweep(now time.Time) {
+	at := now.UnixNano()
 	for level, lv := range m.levels {
-		lv = slices.DeleteFunc(lv, func(h held) bool { return at > h.until })
-		if len(lv) == 0 {
+		for inst, h := range lv.subs {
+			if at > h.until {
+				h.gone = true
+				delete(lv.subs, inst)
+				lv.dirty = true
+			}
+		}
+		if len(lv.subs) == 0 {
 			delete(m.levels, level)
-		} else {
-			m.levels[level] = lv
 		}
 	}
 }
@@ -123,33 +159,60 @@ func (m *MemoryRegistry) Withdraw(_ context.Context, instance string, levels []s
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range levels {
-		lv := slices.DeleteFunc(m.levels[l], func(h held) bool { return h.instance == instance })
-		if len(lv) == 0 {
+		lv := m.levels[l]
+		if lv == nil {
+			continue
+		}
+		if h, ok := lv.subs[instance]; ok {
+			h.gone = true
+			delete(lv.subs, instance)
+			lv.dirty = true
+		}
+		if len(lv.subs) == 0 {
 			delete(m.levels, l)
-		} else {
-			m.levels[l] = lv
 		}
 	}
 	return nil
 }
 
-// unknown is the demand of a subscriber not measured yet.
-var unknown = math.Inf(1)
-
-// live returns level's entries not past their TTL at now, and when the
-// last of them expires (now if none).
-func (m *MemoryRegistry) live(level string, now time.Time) ([]Entry, time.Time) {
+// Summary implements Registry.
+func (m *MemoryRegistry) Summary(level string, top int) (LevelSummary, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	at := now.UnixNano()
-	var out []Entry
-	until := at
-	for _, h := range m.levels[level] {
-		if at > h.until {
-			continue
-		}
-		out = append(out, Entry{Level: level, Instance: h.instance, Demand: h.demand, Active: h.active})
-		until = max(until, h.until)
+	lv := m.levels[level]
+	if lv == nil {
+		return LevelSummary{}, false
 	}
-	return out, time.Unix(0, until)
+	return lv.summary(level, top), true
 }
+
+// record returns this replica's record of each level: its live
+// subscribers, as a few groups (the other replicas' view of them), with
+// how long the record holds.
+func (m *MemoryRegistry) records(levels []string, now time.Time) []Shelf {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Shelf, len(levels))
+	for i, level := range levels {
+		out[i].Level = level
+		if lv := m.levels[level]; lv != nil {
+			out[i].Record, out[i].TTL = lv.record(now)
+		}
+	}
+	return out
+}
+
+// setOthers keeps what the other replicas publish on each level: their
+// records, as the last exchange read them.
+func (m *MemoryRegistry) setOthers(got map[string][]Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for level, recs := range got {
+		if lv := m.levels[level]; lv != nil {
+			lv.setOthers(recs)
+		}
+	}
+}
+
+// unknown is the demand of a subscriber not measured yet.
+var unknown = math.Inf(1)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
@@ -93,8 +94,6 @@ const (
 
 // Service is the RateLimitQuotaService. It is safe for concurrent use.
 type Service struct {
-	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-
 	opts    Options
 	replica string // names this replica's instances in the registry
 	log     *slog.Logger
@@ -124,7 +123,7 @@ func New(opts Options) (*Service, error) {
 		opts.Observer = noObserver{}
 	}
 	if opts.LocalRegistry == nil {
-		opts.LocalRegistry = NewMemoryRegistry()
+		opts.LocalRegistry = NewMemoryRegistry(DefaultDivideEvery)
 	}
 	if opts.Unmatched != DenyAll {
 		opts.Unmatched = AllowAll
@@ -152,20 +151,40 @@ func New(opts Options) (*Service, error) {
 		open: map[*stream]struct{}{}, closing: make(chan struct{})}, nil
 }
 
-// StreamRateLimitQuotas serves one Envoy: its reports, answered with the
+// Register registers the service on a gRPC server, as
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService. Its stream
+// reads and writes its messages itself (wire.go), so it is registered
+// with a handler of its own rather than the generated one; the name,
+// method and file are the generated service's, for clients and
+// reflection alike.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	g.RegisterService(&grpc.ServiceDesc{
+		ServiceName: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
+		HandlerType: (*interface{ Close() })(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName:    rlqsv3.RateLimitQuotaService_ServiceDesc.Streams[0].StreamName,
+			Handler:       func(srv any, ss grpc.ServerStream) error { return srv.(*Service).serveStream(ss) },
+			ServerStreams: true,
+			ClientStreams: true,
+		}},
+		Metadata: rlqsv3.RateLimitQuotaService_ServiceDesc.Metadata,
+	}, s)
+}
+
+// serveStream serves one Envoy: its reports, answered with the
 // assignments of the buckets they name, until it closes the stream, sends
 // something that cannot be served, or the service closes.
-func (s *Service) StreamRateLimitQuotas(rs rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+func (s *Service) serveStream(ss grpc.ServerStream) error {
 	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
 		s.streams.Add(-1)
-		return errTooManyStreams(s.opts.MaxStreams)
+		return grpcStatus(errTooManyStreams(s.opts.MaxStreams))
 	}
 	defer s.streams.Add(-1)
 	st := s.newStream()
 	s.mu.Lock()
 	s.open[st] = struct{}{}
 	s.mu.Unlock()
-	err := st.serve(rs)
+	err := st.serve(ss)
 	s.mu.Lock()
 	delete(s.open, st)
 	s.mu.Unlock()
@@ -189,5 +208,6 @@ func (s *Service) Buckets() int { return int(s.buckets.Load()) }
 
 func (s *Service) newStream() *stream {
 	n := s.next.Add(1)
-	return &stream{svc: s, instance: s.replica + "/" + strconv.FormatUint(n, 10), subs: map[string]*sub{}}
+	return &stream{svc: s, instance: s.replica + "/" + strconv.FormatUint(n, 10), rlsInstance: "rls@" + s.replica,
+		subs: map[string]*sub{}, raw: map[string]*sub{}, levels: map[string]*streamLevel{}}
 }

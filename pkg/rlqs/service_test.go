@@ -105,7 +105,7 @@ func newHarness(t *testing.T, cfgText string, opts Options) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{store: newMemStore(t), clock: &clock{now: time.Unix(1_800_000_000, 0)}}
-	opts.Store, opts.Registry, opts.Clock = h.store, NewMemoryRegistry(), h.clock.Now
+	opts.Store, opts.Registry, opts.Clock = h.store, NewMemoryRegistry(0), h.clock.Now
 	if opts.Config == nil {
 		opts.Config = func() *descriptors.Config { return cfg }
 	}
@@ -113,7 +113,7 @@ func newHarness(t *testing.T, cfgText string, opts Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.conn = grpctest.Dial(t, grpctest.Serve(t, func(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, h.svc) }))
+	h.conn = grpctest.Dial(t, grpctest.Serve(t, func(g *grpc.Server) { h.svc.Register(g) }, h.svc.ServerOptions()...))
 	return h
 }
 
@@ -305,8 +305,8 @@ func TestAbandon(t *testing.T) {
 	if acts[0].GetAbandonAction() == nil {
 		t.Fatalf("idle for 21s of 20: %v, want AbandonAction", acts[0])
 	}
-	if subs := h.svc.Subscribers("edge", alice()).([]Subscriber); len(subs) != 0 {
-		t.Fatalf("the abandoned bucket is still held: %+v", subs)
+	if v := h.svc.Bucket("edge", alice(), true); v.Streams != 0 || len(v.Listed) != 0 {
+		t.Fatalf("the abandoned bucket is still held: %+v", v)
 	}
 	if acts := e.mustReport(usage{bucket: alice(), allowed: 1}); tokens(acts[0]) == nil {
 		t.Fatalf("reported again after abandon: %v", acts[0])

@@ -17,7 +17,7 @@ func Divide(rate float64, demands, shares []float64) {
 	if len(demands) == 0 {
 		return
 	}
-	level := FillLevel(rate, slices.Clone(demands))
+	level := FillLevel(rate, demands)
 	for i, d := range demands {
 		shares[i] = math.Min(want(d), level)
 	}
@@ -26,25 +26,71 @@ func Divide(rate float64, demands, shares []float64) {
 // FillLevel returns the level of a max-min fair division of rate among
 // demands: each subscriber's share is the smaller of its demand and the
 // level, +Inf when the demands together ask for no more than rate (each
-// gets its demand), 0 when rate is not above 0. Only one sort of the
-// demands' numbers: a subscriber wanting its own share needs no other's
-// share, nor names. It sorts demands in place; a negative or NaN demand
-// counts as 0, +Inf as wanting all it can get.
+// gets its demand), 0 when rate is not above 0. A negative or NaN demand
+// counts as 0, +Inf as wanting all it can get. FillLevel is pure.
 func FillLevel(rate float64, demands []float64) float64 {
+	gs := make([]Group, len(demands))
+	for i, d := range demands {
+		gs[i] = Group{Count: 1, Sum: d}
+	}
+	return FillGroups(rate, gs)
+}
+
+// Group is subscribers counted together: Count of them, wanting Sum
+// requests per second between them (+Inf if any of them wants all it can
+// get). In a division a group counts as Count subscribers each wanting
+// Sum/Count: never less than its members would take one by one (the
+// smaller of Sum and Count × level is at least the sum of the smaller of
+// each member's demand and the level), so a level worked out over groups
+// is never above the exact one, and shares never add up to more than the
+// rate. A replica sends the others its subscribers as a few groups.
+type Group struct {
+	Count float64
+	Sum   float64
+}
+
+// demand is what each member of g counts as wanting.
+func (g Group) demand() float64 {
+	if g.Count <= 0 {
+		return 0
+	}
+	return want(g.Sum) / g.Count
+}
+
+// FillGroups returns the fill level of a max-min fair division of rate
+// among groups (FillLevel's, each group as Count subscribers alike). It
+// sorts groups in place by their members' demand; one pass over them
+// after the sort.
+func FillGroups(rate float64, groups []Group) float64 {
 	if !(rate > 0) {
 		return 0
 	}
-	for i, d := range demands {
-		demands[i] = want(d)
-	}
-	slices.Sort(demands)
-	left := rate
-	for k, d := range demands {
-		equal := left / float64(len(demands)-k)
-		if d >= equal {
-			return equal
+	slices.SortFunc(groups, func(a, b Group) int {
+		da, db := a.demand(), b.demand()
+		switch {
+		case da < db:
+			return -1
+		case da > db:
+			return 1
 		}
-		left -= d
+		return 0
+	})
+	count := 0.0
+	for _, g := range groups {
+		count += max(g.Count, 0)
+	}
+	left := rate
+	for _, g := range groups {
+		if !(g.Count > 0) {
+			continue
+		}
+		equal := left / count
+		if d := g.demand(); d >= equal {
+			return equal
+		} else {
+			left -= d * g.Count
+		}
+		count -= g.Count
 	}
 	return math.Inf(1)
 }

@@ -8,37 +8,35 @@ import (
 	"time"
 )
 
-// Board is where replicas exchange their subscribers: for each level, one
-// record per replica holding all of its entries there (a hash field on
-// Redis, RedisBoard).
+// Board is where replicas exchange their records: for each level, one
+// record per replica (a hash field on Redis, RedisBoard).
 type Board interface {
 	// Exchange replaces replica's record on each shelf's level with the
-	// shelf (an empty one removes it), valid for the shelf's TTL, and
-	// returns every other replica's live entries on those levels.
-	Exchange(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Entry, error)
+	// shelf's (none removes it), valid for the shelf's TTL, and returns
+	// every other replica's live record on those levels.
+	Exchange(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Record, error)
 }
 
-// Shelf is one replica's entries on one level, as a Board keeps them.
+// Shelf is one replica's record of one level, as a Board keeps it.
 type Shelf struct {
-	Level   string
-	TTL     time.Duration
-	Entries []Entry
+	Level  string
+	TTL    time.Duration
+	Record *Record // nil: the replica has no subscriber there any more
 }
 
 // DefaultRefresh is how often a SharedRegistry exchanges a level with the
 // other replicas at most: often enough that a share moves within one of
 // Envoy's 5 s reports, and rarely enough that Redis works per level and
-// replica, not per level and Envoy (50 Envoys reporting every second cost
-// it 50 reads of 50 entries a level each second otherwise).
+// replica, not per level and Envoy.
 const DefaultRefresh = time.Second
 
 // SharedRegistry is the Registry of replicas that share their subscribers
-// through a Board: it keeps this replica's own entries in process (a
+// through a Board. It keeps this replica's own subscribers in process (a
 // MemoryRegistry), so that a stream sees its replica's other streams at
-// once, and exchanges a level with the board when it was last exchanged
-// refresh ago or more, or gained a subscriber here, as one record of all
-// of this replica's entries there. Between two exchanges a publish reads the other replicas' entries
-// from the last. It is safe for concurrent use.
+// once, beside the other replicas' records; it exchanges a level with the
+// board when it was last exchanged refresh ago or more, or gained a
+// subscriber here, sending one record of all of this replica's
+// subscribers there, bounded in size. It is safe for concurrent use.
 type SharedRegistry struct {
 	replica string
 	board   Board
@@ -49,39 +47,47 @@ type SharedRegistry struct {
 	seen  map[string]*seenLevel
 	last  time.Time // the latest time a publish gave: Withdraw's clock
 	swept time.Time
+	round uint64 // publishes so far, to look at each level once in one
 }
 
-// seenLevel is what the last exchange of a level read: the other
-// replicas' entries.
+// seenLevel is when a level was last exchanged.
 type seenLevel struct {
-	others []Entry
-	at     time.Time // when; zero until the first exchange answers
-	busy   bool      // an exchange of it is on its way
+	at   time.Time // zero until the first exchange answers
+	busy bool      // an exchange of it is on its way
+	// round is the last publish that looked at it.
+	round uint64
 }
 
 // NewSharedRegistry returns a registry exchanging through board at most
-// once per refresh a level (0: at every publish), under a name of its own.
-func NewSharedRegistry(board Board, refresh time.Duration) *SharedRegistry {
+// once per refresh a level (0: at every publish), under a name of its
+// own, and dividing a level anew at most once every every.
+func NewSharedRegistry(board Board, refresh, every time.Duration) *SharedRegistry {
 	id := make([]byte, 8)
 	_, _ = rand.Read(id) // never fails (crypto/rand)
 	return &SharedRegistry{replica: hex.EncodeToString(id), board: board, refresh: refresh,
-		local: NewMemoryRegistry(), seen: map[string]*seenLevel{}}
+		local: NewMemoryRegistry(every), seen: map[string]*seenLevel{}}
 }
 
 // Publish implements Registry.
-func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Duration, entries []Entry) (map[string][]Entry, error) {
-	mine, joined := r.local.publish(now, ttl, entries)
+func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Duration, entries []Entry) error {
+	joined := r.local.record(now, ttl, entries)
 	r.mu.Lock()
 	if now.After(r.last) {
 		r.last = now
 	}
+	r.round++
 	var due []string
-	for level := range mine {
+	for i := range entries {
+		level := entries[i].Level
 		s := r.seen[level]
 		if s == nil {
 			s = &seenLevel{}
 			r.seen[level] = s
 		}
+		if s.round == r.round {
+			continue // a level of several entries: looked at once
+		}
+		s.round = r.round
 		// A level being exchanged by another call is read from the last
 		// exchange, unless there was none. One that gained a subscriber
 		// here goes at once: the others must count it before they hand
@@ -95,23 +101,20 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	r.mu.Unlock()
 	if len(due) > 0 {
 		if err := r.exchange(ctx, now, due); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for level, es := range mine {
-		if s := r.seen[level]; s != nil {
-			mine[level] = append(es, s.others...)
-		}
-	}
-	return mine, nil
+	r.local.shares(now, entries)
+	return nil
 }
 
-// exchange sends this replica's live entries on levels to the board and
-// keeps what the others have there.
+// exchange sends this replica's records of levels to the board and keeps
+// the others' there.
 func (r *SharedRegistry) exchange(ctx context.Context, now time.Time, levels []string) error {
-	got, err := r.board.Exchange(ctx, now, r.replica, r.shelves(levels, now))
+	got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
+	if err == nil {
+		r.local.setOthers(got)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, level := range levels {
@@ -122,15 +125,15 @@ func (r *SharedRegistry) exchange(ctx context.Context, now time.Time, levels []s
 		}
 		s.busy = false
 		if err == nil {
-			s.others, s.at = got[level], now
+			s.at = now
 		}
 	}
 	return err
 }
 
 // Withdraw implements Registry: the instance leaves this replica's
-// entries, and the levels' records are exchanged at once, so the other
-// replicas see it gone at their next exchange.
+// subscribers, and the levels' records are exchanged at once, so the
+// other replicas see it gone at their next exchange.
 func (r *SharedRegistry) Withdraw(ctx context.Context, instance string, levels []string) error {
 	if len(levels) == 0 {
 		return nil
@@ -139,18 +142,16 @@ func (r *SharedRegistry) Withdraw(ctx context.Context, instance string, levels [
 	r.mu.Lock()
 	now := r.last
 	r.mu.Unlock()
-	_, err := r.board.Exchange(ctx, now, r.replica, r.shelves(levels, now))
+	got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
+	if err == nil {
+		r.local.setOthers(got)
+	}
 	return err
 }
 
-// shelves is this replica's record of each level: its live entries there.
-func (r *SharedRegistry) shelves(levels []string, now time.Time) []Shelf {
-	out := make([]Shelf, len(levels))
-	for i, level := range levels {
-		es, until := r.local.live(level, now)
-		out[i] = Shelf{Level: level, TTL: until.Sub(now), Entries: es}
-	}
-	return out
+// Summary implements Registry.
+func (r *SharedRegistry) Summary(level string, top int) (LevelSummary, bool) {
+	return r.local.Summary(level, top)
 }
 
 // sweep forgets, once per refresh at most, the levels not exchanged for

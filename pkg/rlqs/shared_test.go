@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -17,20 +18,20 @@ import (
 // the levels they carry, and fails while failing is set.
 type mapBoard struct {
 	mu        sync.Mutex
-	records   map[string]map[string]record
+	records   map[string]map[string]held
 	exchanges int
 	levels    int
 	failing   bool
 }
 
-type record struct {
-	entries []rlqs.Entry
-	until   time.Time
+type held struct {
+	record rlqs.Record
+	until  time.Time
 }
 
-func newMapBoard() *mapBoard { return &mapBoard{records: map[string]map[string]record{}} }
+func newMapBoard() *mapBoard { return &mapBoard{records: map[string]map[string]held{}} }
 
-func (b *mapBoard) Exchange(_ context.Context, now time.Time, replica string, shelves []rlqs.Shelf) (map[string][]rlqs.Entry, error) {
+func (b *mapBoard) Exchange(_ context.Context, now time.Time, replica string, shelves []rlqs.Shelf) (map[string][]rlqs.Record, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failing {
@@ -38,24 +39,24 @@ func (b *mapBoard) Exchange(_ context.Context, now time.Time, replica string, sh
 	}
 	b.exchanges++
 	b.levels += len(shelves)
-	out := map[string][]rlqs.Entry{}
+	out := map[string][]rlqs.Record{}
 	for _, sh := range shelves {
 		recs := b.records[sh.Level]
 		if recs == nil {
-			recs = map[string]record{}
+			recs = map[string]held{}
 			b.records[sh.Level] = recs
 		}
-		if len(sh.Entries) == 0 {
+		if sh.Record == nil {
 			delete(recs, replica)
 		} else {
-			recs[replica] = record{sh.Entries, now.Add(sh.TTL)}
+			recs[replica] = held{*sh.Record, now.Add(sh.TTL)}
 		}
 		out[sh.Level] = nil
 		for name, r := range recs {
 			if now.After(r.until) {
 				delete(recs, name)
 			} else if name != replica {
-				out[sh.Level] = append(out[sh.Level], r.entries...)
+				out[sh.Level] = append(out[sh.Level], r.record)
 			}
 		}
 	}
@@ -75,27 +76,17 @@ func TestSharedRegistryConformance(t *testing.T) {
 		b := newMapBoard()
 		rs := make([]rlqs.Registry, n)
 		for i := range rs {
-			rs[i] = rlqs.NewSharedRegistry(b, 0)
+			rs[i] = rlqs.NewSharedRegistry(b, 0, 0)
 		}
 		return rs
-	}, rlqstest.Options{})
+	})
 }
 
-var t0 = rlqstest.T0
+var inf = math.Inf(1)
 
-func at(d time.Duration) time.Time { return t0.Add(d) }
-
-func publishAt(t *testing.T, r rlqs.Registry, when time.Duration, es ...rlqs.Entry) rlqstest.View {
+func publishAt(t *testing.T, r rlqs.Registry, when time.Duration, es ...rlqs.Entry) rlqstest.Shares {
 	t.Helper()
-	v, err := r.Publish(context.Background(), at(when), 10*time.Second, es)
-	if err != nil {
-		t.Fatalf("publish at T0+%v: %v", when, err)
-	}
-	return v
-}
-
-func e(level, instance string, demand float64) rlqs.Entry {
-	return rlqs.Entry{Level: level, Instance: instance, Demand: demand}
+	return rlqstest.Publish(t, r, when, 10*time.Second, es...)
 }
 
 // TestSharedRegistryRefresh steps two replicas through fixed instants: a
@@ -106,26 +97,26 @@ func e(level, instance string, demand float64) rlqs.Entry {
 func TestSharedRegistryRefresh(t *testing.T) {
 	const level = "api|u=a"
 	b := newMapBoard()
-	ra, rb := rlqs.NewSharedRegistry(b, time.Second), rlqs.NewSharedRegistry(b, time.Second)
-	a1, a2, b1 := e(level, "a1", 1), e(level, "a2", 2), e(level, "b1", 3)
-	a1b := e(level, "a1", 5)
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	e := rlqstest.Entry
 	steps := []struct {
 		r         rlqs.Registry
 		when      time.Duration
 		entry     rlqs.Entry
-		want      []rlqs.Entry
+		share     float64
 		exchanges int // the board's count after the step
 	}{
-		{ra, 0, a1, []rlqs.Entry{a1}, 1},
-		{ra, 200 * time.Millisecond, a2, []rlqs.Entry{a1, a2}, 2},       // a new subscriber: exchanged at once
-		{rb, 300 * time.Millisecond, b1, []rlqs.Entry{a1, a2, b1}, 3},   // rb's first
-		{ra, 500 * time.Millisecond, a1b, []rlqs.Entry{a1b, a2}, 3},     // a new demand waits; b1 not seen yet
-		{rb, 900 * time.Millisecond, b1, []rlqs.Entry{a1, a2, b1}, 3},   // as of ra's last exchange
-		{ra, 1200 * time.Millisecond, a2, []rlqs.Entry{a1b, a2, b1}, 4}, // a refresh later
-		{rb, 1300 * time.Millisecond, b1, []rlqs.Entry{a1b, a2, b1}, 5},
+		{ra, 0, e(level, "a1", 10, 0), 10, 1},
+		{ra, 200 * time.Millisecond, e(level, "a2", 20, 0), 20, 2},   // a new subscriber: exchanged at once
+		{rb, 300 * time.Millisecond, e(level, "b1", inf, 0), 70, 3},  // rb's first: a1 and a2 leave 70
+		{ra, 500 * time.Millisecond, e(level, "a1", 50, 0), 50, 3},   // a new demand waits; ra knows no b1 yet
+		{rb, 900 * time.Millisecond, e(level, "b1", inf, 0), 70, 3},  // as of ra's last exchange
+		{ra, 1200 * time.Millisecond, e(level, "a2", 20, 0), 20, 4},  // a refresh later: sees b1
+		{rb, 1300 * time.Millisecond, e(level, "b1", inf, 0), 40, 5}, // sees a1's 50: the level is 40
 	}
 	for i, s := range steps {
-		rlqstest.Check(t, fmt.Sprintf("step %d", i), publishAt(t, s.r, s.when, s.entry), rlqstest.View{level: s.want})
+		got := publishAt(t, s.r, s.when, s.entry)
+		rlqstest.Check(t, fmt.Sprintf("step %d", i), got, rlqstest.Shares{level: {s.entry.Instance: s.share}})
 		if n, _ := b.counts(); n != s.exchanges {
 			t.Fatalf("step %d: %d exchanges, want %d", i, n, s.exchanges)
 		}
@@ -136,11 +127,11 @@ func TestSharedRegistryRefresh(t *testing.T) {
 	if n, _ := b.counts(); n != 6 {
 		t.Fatalf("a withdrawal: %d exchanges, want 6", n)
 	}
-	rlqstest.Check(t, "after the withdrawal", publishAt(t, rb, 2400*time.Millisecond, b1), rlqstest.View{level: {a2, b1}})
+	rlqstest.Check(t, "after the withdrawal", publishAt(t, rb, 2400*time.Millisecond, e(level, "b1", inf, 0)), rlqstest.Shares{level: {"b1": 80}})
 	if err := ra.Withdraw(context.Background(), "a2", []string{level}); err != nil {
 		t.Fatal(err)
 	}
-	rlqstest.Check(t, "all of a gone", publishAt(t, rb, 3500*time.Millisecond, b1), rlqstest.View{level: {b1}})
+	rlqstest.Check(t, "all of a gone", publishAt(t, rb, 3500*time.Millisecond, e(level, "b1", inf, 0)), rlqstest.Shares{level: {"b1": 100}})
 }
 
 // TestSharedRegistryManyStreams: 50 streams of one replica publishing the
@@ -149,18 +140,20 @@ func TestSharedRegistryRefresh(t *testing.T) {
 // one's first publish goes at once).
 func TestSharedRegistryManyStreams(t *testing.T) {
 	b := newMapBoard()
-	r := rlqs.NewSharedRegistry(b, time.Second)
+	r := rlqs.NewSharedRegistry(b, time.Second, 0)
 	const streams, levels, seconds = 50, 400, 5
 	for sec := range seconds {
 		for s := range streams {
 			es := make([]rlqs.Entry, levels)
 			for l := range es {
-				es[l] = e(fmt.Sprintf("api|u=%d", l), fmt.Sprintf("s%d", s), 1)
+				es[l] = rlqstest.Entry(fmt.Sprintf("api|u=%d", l), fmt.Sprintf("s%d", s), 1, 0)
 			}
 			when := time.Duration(sec)*time.Second + time.Duration(s)*time.Second/streams
-			v := publishAt(t, r, when, es...)
-			if got := len(v["api|u=7"]); got != min(s+1+sec*streams, streams) {
-				t.Fatalf("second %d, stream %d: %d entries on a level, want %d", sec, s, got, min(s+1+sec*streams, streams))
+			// Each wants 1, at least its idle floor: a twentieth of an
+			// equal part.
+			n := min(s+1+sec*streams, streams)
+			if got, want := publishAt(t, r, when, es...)["api|u=7"][fmt.Sprintf("s%d", s)], max(1, 100.0/20/float64(n)); got != want {
+				t.Fatalf("second %d, stream %d: a share of %v, want %v", sec, s, got, want)
 			}
 		}
 	}
@@ -176,12 +169,12 @@ func TestSharedRegistryManyStreams(t *testing.T) {
 func TestSharedRegistryBoardDown(t *testing.T) {
 	const level = "api|u=a"
 	b := newMapBoard()
-	ra, rb := rlqs.NewSharedRegistry(b, time.Second), rlqs.NewSharedRegistry(b, time.Second)
-	publishAt(t, rb, 0, e(level, "b", 1))
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	publishAt(t, rb, 0, rlqstest.Entry(level, "b", 30, 0))
 	b.failing = true
-	if _, err := ra.Publish(context.Background(), at(time.Second), 10*time.Second, []rlqs.Entry{e(level, "a", 1)}); err == nil {
+	if err := ra.Publish(context.Background(), rlqstest.T0.Add(time.Second), 10*time.Second, []rlqs.Entry{rlqstest.Entry(level, "a", inf, 0)}); err == nil {
 		t.Fatal("a publish with the board down succeeded")
 	}
 	b.failing = false
-	rlqstest.Check(t, "back", publishAt(t, ra, 1100*time.Millisecond, e(level, "a", 1)), rlqstest.View{level: {e(level, "a", 1), e(level, "b", 1)}})
+	rlqstest.Check(t, "back", publishAt(t, ra, 1100*time.Millisecond, rlqstest.Entry(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 70}})
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
@@ -24,35 +24,68 @@ type stream struct {
 
 	mu   sync.Mutex // guards subs against Inspect
 	subs map[string]*sub
+	// raw finds a sub by its BucketId as its Envoy encodes it, without
+	// reading the pairs: each sub's first encodings (sub.raw and its
+	// aliases).
+	raw map[string]*sub
 	// interval is the time between its reports, as seen: what TTLs are
 	// sized by.
 	interval time.Duration
-	// published counts, per level key, the stream's buckets subscribed
-	// there: the levels to withdraw from when the stream ends.
-	published map[string]int
-	// owed is what its Envoy allowed that a failed store call did not
-	// charge, by level key, for the next report's call.
-	owed map[string]limit.Bucket
+	// rlsInstance names this replica's RLS calls in the registry.
+	rlsInstance string
+	// levels are the levels its buckets meet, by key: those to withdraw
+	// from when the stream ends.
+	levels map[string]*streamLevel
+	// orphans are charges owed on levels no bucket meets any more, for
+	// the next report's call.
+	orphans []limit.Bucket
+	// batch and touched are a report's buckets and levels; calls,
+	// results and entryBuf its store call and registry entries: kept for
+	// the next report.
+	batch    []*sub
+	touched  []*streamLevel
+	calls    []limit.Bucket
+	results  []limit.Result
+	entryBuf []Entry
 	// full is set once a report found the stream at its bucket cap, so
 	// that it is logged once.
 	full bool
+	// reports counts the reports served.
+	reports uint64
+}
+
+// answer is a RateLimitQuotaResponse encoded, and the actions it holds.
+type answer struct {
+	msg     []byte
+	actions int
+}
+
+// received is what the stream's reader passes on: a report, or the end.
+type received struct {
+	r   *report
+	err error
 }
 
 // serve reads reports and answers each until the stream ends.
-func (st *stream) serve(rs rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	ctx := rs.Context()
-	reports := make(chan *rlqsv3.RateLimitQuotaUsageReports)
-	ended := make(chan error, 1)
+func (st *stream) serve(ss grpc.ServerStream) error {
+	ctx := ss.Context()
+	reports := make(chan received)
 	go func() {
 		for {
-			m, err := rs.Recv()
-			if err != nil {
-				ended <- err
-				return
+			var m rawMessage
+			err := ss.RecvMsg(&m)
+			var r *report
+			if err == nil {
+				if r, err = parseReport(m.b); err != nil {
+					err = badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
+				}
 			}
 			select {
-			case reports <- m:
+			case reports <- received{r, err}:
 			case <-ctx.Done():
+				return
+			}
+			if err != nil {
 				return
 			}
 		}
@@ -61,18 +94,21 @@ func (st *stream) serve(rs rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasSer
 		select {
 		case <-st.svc.closing:
 			return errClosing
-		case err := <-ended:
-			if err == io.EOF {
+		case <-ctx.Done():
+			return ctx.Err()
+		case got := <-reports:
+			switch {
+			case got.err == io.EOF:
 				return nil
+			case got.err != nil:
+				return got.err
 			}
-			return err
-		case m := <-reports:
-			resp, err := st.report(ctx, m)
+			a, err := st.report(ctx, got.r)
 			if err != nil {
 				return err
 			}
-			if len(resp.GetBucketAction()) > 0 {
-				if err := rs.Send(resp); err != nil {
+			if a.actions > 0 {
+				if err := ss.SendMsg(&rawMessage{a.msg}); err != nil {
 					return err
 				}
 			}
@@ -83,38 +119,39 @@ func (st *stream) serve(rs rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasSer
 // report serves one usage report: the buckets it names subscribe, their
 // usage is charged, the limits are divided anew and each bucket is sent
 // its assignment (renewing its TTL, or changed).
-func (st *stream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+func (st *stream) report(ctx context.Context, m *report) (answer, error) {
 	svc := st.svc
 	now := svc.opts.Clock()
 	switch {
-	case st.domain == "" && m.GetDomain() == "":
-		return nil, badReportf("the first report names no domain: set the rate_limit_quota filter's domain")
+	case st.domain == "" && m.domain == "":
+		return answer{}, badReportf("the first report names no domain: set the rate_limit_quota filter's domain")
 	case st.domain == "":
-		st.domain = m.GetDomain()
-	case m.GetDomain() != "" && m.GetDomain() != st.domain:
-		return nil, badReportf("a report for domain %q on a stream of domain %q: a stream serves one domain", clip(m.GetDomain()), clip(st.domain))
+		st.domain = m.domain
+	case m.domain != "" && m.domain != st.domain:
+		return answer{}, badReportf("a report for domain %q on a stream of domain %q: a stream serves one domain", clip(m.domain), clip(st.domain))
 	}
 	cfg := svc.opts.Config()
 	if cfg == nil {
-		return nil, &notReady{msg: "no config loaded yet"}
+		return answer{}, &notReady{msg: "no config loaded yet"}
 	}
 	if cfg.Domain(st.domain) == nil {
-		return nil, badReportf("unknown domain %q: the config's domains are %s", clip(st.domain), domainList(cfg))
+		return answer{}, badReportf("unknown domain %q: the config's domains are %s", clip(st.domain), domainList(cfg))
 	}
-	usages := m.GetBucketQuotaUsages()
+	usages := m.usages
 	if len(usages) > svc.opts.MaxBucketsPerReport {
-		return nil, badReportf("a report of %d buckets: at most %d (-rlqs-max-buckets-per-report)", len(usages), svc.opts.MaxBucketsPerReport)
+		return answer{}, badReportf("a report of %d buckets: at most %d (-rlqs-max-buckets-per-report)", len(usages), svc.opts.MaxBucketsPerReport)
 	}
 	st.mu.Lock()
+	st.reports++
 	var longest time.Duration
-	batch := make([]*sub, 0, len(usages))
-	seen := make(map[*sub]bool, len(usages))
+	batch := st.batch[:0]
+	st.touched = st.touched[:0]
 	for i, u := range usages {
-		if err := checkBucket(u.GetBucketId(), svc.opts.MaxEntries, svc.opts.MaxEntryBytes); err != nil {
+		b, err := st.subscribe(u.id, cfg, now)
+		if err != nil {
 			st.mu.Unlock()
-			return nil, badReportf("bucket %d of the report: its BucketId %v", i, err)
+			return answer{}, badReportf("bucket %d of the report: its BucketId %v", i, err)
 		}
-		b := st.subscribe(u.GetBucketId(), cfg, now)
 		if b == nil {
 			continue // over the cap: sent nothing, its Envoy's default applies
 		}
@@ -130,53 +167,73 @@ func (st *stream) report(ctx context.Context, m *rlqsv3.RateLimitQuotaUsageRepor
 			gap := now.Sub(b.lastAt)
 			elapsed = gap.Seconds()
 			longest = max(longest, gap) // a periodic report's
-		case u.GetTimeElapsed().GetSeconds() > 0:
+		case u.elapsed > 0:
 			// New here, not to its Envoy: a stream that moved from another
 			// replica reports what came since its last report there.
-			elapsed = float64(min(u.GetTimeElapsed().GetSeconds(), maxElapsed))
+			elapsed = float64(min(u.elapsed, maxElapsed))
 		}
-		b.lastAt = now
-		b.note(u.GetNumRequestsAllowed(), u.GetNumRequestsDenied(), elapsed, now)
-		if !seen[b] {
-			seen[b] = true
+		if b.seen != st.reports { // a bucket twice in one report is answered once
+			b.seen = st.reports
 			batch = append(batch, b)
 		}
-		st.charge(b, u.GetNumRequestsAllowed())
+		b.lastAt = now
+		b.note(u.allowed, u.denied, elapsed, now)
+		st.charge(b, u.allowed)
 	}
 	if longest > 0 {
 		st.interval = longest
 	}
+	st.batch = batch
 	st.mu.Unlock()
 	svc.obs.Report(len(usages))
-	resp := st.answer(ctx, batch, now)
+	a := st.answer(ctx, batch, st.touched, now)
 	if svc.log.Enabled(ctx, -4) { // debug
-		svc.log.Debug("rlqs report", "stream", st.instance, "domain", st.domain, "buckets", len(usages), "answered", len(resp.GetBucketAction()))
+		svc.log.Debug("rlqs report", "stream", st.instance, "domain", st.domain, "buckets", len(usages), "answered", a.actions)
 	}
-	return resp, nil
+	return a, nil
 }
 
-// subscribe returns the stream's sub for a BucketId, made if new; nil if
-// the stream holds its cap of buckets. Called with st.mu held.
-func (st *stream) subscribe(id *rlqsv3.BucketId, cfg *descriptors.Config, now time.Time) *sub {
-	key := bucketKey(id)
-	if b := st.subs[key]; b != nil {
-		return b
+// subscribe returns the stream's sub for a BucketId as encoded, made if
+// new; nil if the stream holds its cap of buckets. A BucketId new to the
+// stream is read and checked first. Called with st.mu held.
+func (st *stream) subscribe(raw []byte, cfg *descriptors.Config, now time.Time) (*sub, error) {
+	if b := st.raw[string(raw)]; b != nil {
+		return b, nil
 	}
 	svc := st.svc
+	pairs, err := parsePairs(raw)
+	if err == nil {
+		err = checkBucket(pairs, svc.opts.MaxEntries, svc.opts.MaxEntryBytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	key := bucketKey(pairs)
+	if b := st.subs[key]; b != nil {
+		// The same pairs encoded otherwise (a map's order is not fixed):
+		// a few encodings find it at once.
+		if len(b.aliases) < maxAliases {
+			alias := string(raw)
+			b.aliases = append(b.aliases, alias)
+			st.raw[alias] = b
+		}
+		return b, nil
+	}
 	if len(st.subs) >= svc.opts.MaxBuckets || svc.buckets.Load() >= int64(svc.opts.MaxTotalBuckets) {
 		if !st.full {
 			st.full = true
 			svc.log.Warn("rlqs: a stream reports more buckets than -rlqs-max-buckets, or all streams together than -rlqs-max-buckets-total; the others are sent nothing",
 				"stream", st.instance, "domain", st.domain, "per_stream", svc.opts.MaxBuckets, "total", svc.opts.MaxTotalBuckets)
 		}
-		return nil
+		return nil, nil
 	}
 	svc.buckets.Add(1)
-	b := &sub{id: id, key: key, active: now}
+	b := &sub{pairs: pairs, key: key, raw: string(raw), active: now}
 	b.resolve(cfg, st.domain)
 	st.subs[key] = b
+	st.raw[b.raw] = b
 	st.watch(b, now)
-	return b
+	return b, nil
 }
 
 // resubscribe resolves b again in a new config.
@@ -186,50 +243,6 @@ func (st *stream) resubscribe(b *sub, cfg *descriptors.Config, now time.Time) {
 	st.watch(b, now)
 }
 
-// watch notes b's levels as the stream's, and has RLS calls on them
-// counted from now.
-func (st *stream) watch(b *sub, now time.Time) {
-	if st.published == nil {
-		st.published = map[string]int{}
-	}
-	for _, l := range b.levels {
-		if st.published[l.Key] == 0 && st.svc.opts.Usage != nil {
-			st.svc.opts.Usage.watch(l.Key, now)
-		}
-		st.published[l.Key]++
-	}
-}
-
-// unwatch undoes watch.
-func (st *stream) unwatch(b *sub) {
-	for _, l := range b.levels {
-		if st.published[l.Key]--; st.published[l.Key] <= 0 {
-			delete(st.published, l.Key)
-			if st.svc.opts.Usage != nil {
-				st.svc.opts.Usage.unwatch(l.Key)
-			}
-		}
-	}
-}
-
-// charge adds what b's Envoy allowed to what the report charges, on every
-// level of b. Called with st.mu held.
-func (st *stream) charge(b *sub, allowed uint64) {
-	if allowed == 0 {
-		return
-	}
-	if st.owed == nil {
-		st.owed = map[string]limit.Bucket{}
-	}
-	hits := int64(min(allowed, maxReported))
-	for _, l := range b.levels {
-		c := st.owed[l.Key]
-		c.Key, c.Limit, c.Always = l.Key, l.Rule.Limit, true
-		c.Hits = min(c.Hits+hits, maxReported)
-		st.owed[l.Key] = c
-	}
-}
-
 // withdraw takes the stream's subscribers out of the registry, when its
 // Envoy ends it, so that its shares go to the others at once. When the
 // service ends it (a shutdown), the entries are left to expire: the
@@ -237,15 +250,15 @@ func (st *stream) charge(b *sub, allowed uint64) {
 // another replica, and its shares stay counted meanwhile.
 func (st *stream) withdraw(closing bool) {
 	st.mu.Lock()
-	levels := make([]string, 0, len(st.published))
+	levels := make([]string, 0, len(st.levels))
 	st.svc.buckets.Add(-int64(len(st.subs)))
-	for k := range st.published {
+	for k := range st.levels {
 		levels = append(levels, k)
 		if st.svc.opts.Usage != nil {
 			st.svc.opts.Usage.unwatch(k)
 		}
 	}
-	st.published = nil
+	st.levels = map[string]*streamLevel{}
 	st.mu.Unlock()
 	if len(levels) == 0 || closing {
 		return
@@ -258,6 +271,11 @@ func (st *stream) withdraw(closing bool) {
 		}
 	}
 }
+
+// maxAliases is how many encodings of one BucketId besides its first find
+// it at once: the orders of a map of two pairs, and a few more. Beyond,
+// one is read to be found.
+const maxAliases = 3
 
 // maxElapsed caps, in seconds, the time an Envoy says a bucket's first
 // report here spans: what it may say is not checked, and a report of a

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/leaky"
 )
@@ -16,12 +14,18 @@ import (
 // sub is one bucket one stream reports: a subscriber of each level its
 // BucketId resolves to.
 type sub struct {
-	id  *rlqsv3.BucketId // as the Envoy sent it: what assignments name
-	key string           // its pairs, sorted: the stream's key for it
+	pairs map[string]string // its BucketId's
+	key   string            // its pairs, sorted: the stream's key for it
+	// raw is its BucketId as its Envoy first encoded it: what finds it
+	// in a report, and what its answers name; aliases are other
+	// encodings of it seen since (a map's order is not fixed).
+	raw     string
+	aliases []string
 	// levels are the limits its walk meets (nil: unmatched), and share its
 	// part of each at the last division (capping its demand on the levels
 	// above, at the next).
 	levels    []descriptors.Level
+	lv        []*streamLevel // the stream's, one per level
 	share     []float64
 	unlimited bool                // allow-listed by a node on its walk
 	cfg       *descriptors.Config // the config levels come from
@@ -35,6 +39,11 @@ type sub struct {
 	// sent is its assignment in force, and sentAt when it was sent.
 	sent   Assignment
 	sentAt time.Time
+	// seen is the stream's last report that named it.
+	seen uint64
+	// answer is its BucketAction encoded, for answerFor and raw.
+	answer    []byte
+	answerFor Assignment
 }
 
 type sample struct {
@@ -92,8 +101,7 @@ func (b *sub) cappedDemand(i int) float64 {
 
 // bucketKey is a BucketId's pairs, sorted, escaped and joined: equal for
 // equal maps.
-func bucketKey(id *rlqsv3.BucketId) string {
-	pairs := id.GetBucket()
+func bucketKey(pairs map[string]string) string {
 	keys := make([]string, 0, len(pairs))
 	for k := range pairs {
 		keys = append(keys, k)
@@ -121,8 +129,7 @@ func escapePair(s string) string {
 
 // checkBucket says what is wrong with a BucketId: none, too many pairs,
 // an empty key, a key or value too long.
-func checkBucket(id *rlqsv3.BucketId, maxEntries, maxBytes int) error {
-	pairs := id.GetBucket()
+func checkBucket(pairs map[string]string, maxEntries, maxBytes int) error {
 	switch {
 	case len(pairs) == 0:
 		return fmt.Errorf("has no pairs: a BucketId names a bucket by at least one")
@@ -158,7 +165,7 @@ func (b *sub) resolve(cfg *descriptors.Config, domain string) {
 	if d == nil {
 		return
 	}
-	entries := d.Order(b.id.GetBucket())
+	entries := d.Order(b.pairs)
 	b.levels = d.Resolve(entries, nil, nil)
 	b.unlimited = len(b.levels) == 0 && d.Unlimited(entries)
 	b.share = make([]float64, len(b.levels))

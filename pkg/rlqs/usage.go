@@ -12,10 +12,11 @@ import (
 // subscribe to, admitted or not: their demand, so that each replica's RLS
 // calls take their part of a limit's division as an Envoy's reports do.
 // (Counting what they were admitted would shrink their part whenever the
-// Envoys filled the bucket.) Charged is called on every RLS call the store
-// decided: it costs an atomic load when no stream subscribes to any
-// bucket, and a map read per bucket otherwise. It is safe for concurrent
-// use.
+// Envoys filled the bucket, and a call refused without the store, by the
+// over-limit cache, would never be counted: the division would never give
+// it room.) Asked is called on every RLS call that reaches a bucket: it
+// costs an atomic load when no stream subscribes to any bucket, and a map
+// read per bucket otherwise. It is safe for concurrent use.
 type Usage struct {
 	watched atomic.Int64 // keys watched
 	keys    sync.Map     // key: *usageCount
@@ -33,8 +34,8 @@ type usageCount struct {
 // usageWindow is the shortest time a rate is measured over.
 const usageWindow = time.Second
 
-// Charged counts the hits one RLS call asked of each of its buckets.
-func (u *Usage) Charged(buckets []limit.Bucket, _ []limit.Result) {
+// Asked counts the hits one RLS call asks of each of its buckets.
+func (u *Usage) Asked(buckets []limit.Bucket) {
 	if u == nil || u.watched.Load() == 0 {
 		return
 	}
@@ -56,17 +57,18 @@ func (u *Usage) Charged(buckets []limit.Bucket, _ []limit.Result) {
 	}
 }
 
-// watch starts counting key's hits.
-func (u *Usage) watch(key string, now time.Time) {
+// watch starts counting key's hits, and returns the count.
+func (u *Usage) watch(key string, now time.Time) *usageCount {
 	v, loaded := u.keys.LoadOrStore(key, &usageCount{watchers: 1, since: now})
+	c := v.(*usageCount)
 	if !loaded {
 		u.watched.Add(1)
-		return
+		return c
 	}
-	c := v.(*usageCount)
 	c.mu.Lock()
 	c.watchers++
 	c.mu.Unlock()
+	return c
 }
 
 // unwatch stops counting key's hits once no stream watches it.
@@ -86,14 +88,9 @@ func (u *Usage) unwatch(key string) {
 	}
 }
 
-// rate returns the hits per second RLS calls charged key lately, and when
-// the last was (zero if none).
-func (u *Usage) rate(key string, now time.Time) (float64, time.Time) {
-	v, ok := u.keys.Load(key)
-	if !ok {
-		return 0, time.Time{}
-	}
-	c := v.(*usageCount)
+// perSecond returns the hits per second RLS calls asked of the count's key
+// lately, and when the last was (zero if none).
+func (c *usageCount) perSecond(now time.Time) (float64, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if d := now.Sub(c.since); d >= usageWindow {

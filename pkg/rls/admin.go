@@ -34,7 +34,7 @@ func (s *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if br != nil {
-		s.writeJSON(w, &QuotaExplanation{Explanation: e, Bucket: br.BucketID.Bucket, Subscribers: s.subscribers(br.Domain, br.BucketID.Bucket)})
+		s.writeJSON(w, &QuotaExplanation{Explanation: e, Bucket: br.BucketID.Bucket, Subscribers: s.subscribers(br.Domain, br.BucketID.Bucket, br.Subscribers == "all")})
 		return
 	}
 	s.writeJSON(w, e)
@@ -87,7 +87,12 @@ func (s *Service) serveBucketQuotas(w http.ResponseWriter, r *http.Request, doma
 		s.writeError(w, err)
 		return
 	}
-	answer, err := s.BucketSubscribers(r.Context(), domain, bucket)
+	all, err := subscribersAll(r.URL.Query().Get("subscribers"))
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	answer, err := s.BucketSubscribers(r.Context(), domain, bucket, all)
 	if err != nil {
 		s.writeError(w, err)
 		return

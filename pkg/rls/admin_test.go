@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -245,21 +246,25 @@ func TestAdminEndpointsOnlyOnAdminPort(t *testing.T) {
 }
 
 // fakeQuotas shows one subscriber of every bucket, naming what it was
-// asked for.
+// asked for, and whether all were asked for.
 type fakeQuotas struct{}
 
-func (fakeQuotas) Subscribers(domain string, bucket map[string]string) any {
-	return []string{domain + " " + bucket["user"]}
+func (fakeQuotas) Subscribers(domain string, bucket map[string]string, all bool) any {
+	return []string{fmt.Sprintf("%s %s all=%v", domain, bucket["user"], all)}
 }
 
 // TestExplainBucketShowsSubscribers: POST /explain of an RLQS bucket shows
-// the walk and the bucket's subscribers, as GET /buckets?bucket= does.
+// the walk and the bucket's subscribers, as GET /buckets?bucket= does: a
+// summary, or all of them when asked; anything else asked is a 400.
 func TestExplainBucketShowsSubscribers(t *testing.T) {
 	svc, _, _ := shopService(t, Options{Quotas: fakeQuotas{}})
 	h := AdminHandler(svc, false, true)
-	for _, c := range []struct{ method, target, body string }{
-		{"POST", "/explain", `{"domain": "shop", "bucket_id": {"bucket": {"user": "alice"}}}`},
-		{"GET", "/buckets?domain=shop&bucket=user=alice", ""},
+	for _, c := range []struct{ method, target, body, want string }{
+		{"POST", "/explain", `{"domain": "shop", "bucket_id": {"bucket": {"user": "alice"}}}`, "shop alice all=false"},
+		{"POST", "/explain", `{"domain": "shop", "bucket_id": {"bucket": {"user": "alice"}}, "subscribers": "all"}`, "shop alice all=true"},
+		{"GET", "/buckets?domain=shop&bucket=user=alice", "", "shop alice all=false"},
+		{"GET", "/buckets?domain=shop&bucket=user=alice&subscribers=summary", "", "shop alice all=false"},
+		{"GET", "/buckets?domain=shop&bucket=user=alice&subscribers=all", "", "shop alice all=true"},
 	} {
 		code, out := do(t, h, c.method, c.target, c.body)
 		var got struct {
@@ -270,11 +275,19 @@ func TestExplainBucketShowsSubscribers(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &got); code != 200 || err != nil {
 			t.Fatalf("%s %s: %d %v\n%s", c.method, c.target, code, err, out)
 		}
-		if got.Bucket["user"] != "alice" || len(got.Subscribers) != 1 || got.Subscribers[0] != "shop alice" {
-			t.Errorf("%s %s: bucket %v, subscribers %v, want alice's and [shop alice]\n%s", c.method, c.target, got.Bucket, got.Subscribers, out)
+		if got.Bucket["user"] != "alice" || len(got.Subscribers) != 1 || got.Subscribers[0] != c.want {
+			t.Errorf("%s %s: bucket %v, subscribers %v, want alice's and [%s]\n%s", c.method, c.target, got.Bucket, got.Subscribers, c.want, out)
 		}
 		if c.method == "POST" && got.Code != "OK" {
 			t.Errorf("POST /explain: code %q, want the walk's OK\n%s", got.Code, out)
+		}
+	}
+	for _, c := range []struct{ method, target, body string }{
+		{"POST", "/explain", `{"domain": "shop", "bucket_id": {"bucket": {"user": "alice"}}, "subscribers": "some"}`},
+		{"GET", "/buckets?domain=shop&bucket=user=alice&subscribers=some", ""},
+	} {
+		if code, out := do(t, h, c.method, c.target, c.body); code != http.StatusBadRequest || !strings.Contains(out, "subscribers") {
+			t.Errorf("%s %s: %d %s, want 400 naming subscribers", c.method, c.target, code, out)
 		}
 	}
 }

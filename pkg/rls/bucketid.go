@@ -12,9 +12,10 @@ import (
 // Quotas is what the admin endpoints show of the Rate Limit Quota
 // Service: the Envoy streams that report a bucket (package rlqs).
 type Quotas interface {
-	// Subscribers returns this replica's subscribers of the bucket a
-	// BucketId of domain names, as JSON-friendly values.
-	Subscribers(domain string, bucket map[string]string) any
+	// Subscribers describes the subscribers of the bucket a BucketId of
+	// domain names, as JSON-friendly values: a summary, or with all
+	// every one.
+	Subscribers(domain string, bucket map[string]string, all bool) any
 }
 
 // bucketRequest is the body of POST /explain for an RLQS bucket:
@@ -24,6 +25,8 @@ type bucketRequest struct {
 	BucketID *struct {
 		Bucket map[string]string `json:"bucket"`
 	} `json:"bucket_id"`
+	// Subscribers "all" lists every subscriber, not a summary.
+	Subscribers string `json:"subscribers"`
 }
 
 // asBucketRequest reads body as an RLQS bucket, if it names one
@@ -33,6 +36,9 @@ func (s *Service) asBucketRequest(body []byte) (req *rlsv3.RateLimitRequest, br 
 	br = &bucketRequest{}
 	if json.Unmarshal(body, br) != nil || br.BucketID == nil {
 		return nil, nil, nil
+	}
+	if _, err := subscribersAll(br.Subscribers); err != nil {
+		return nil, br, err
 	}
 	es, err := s.bucketEntries(br.Domain, br.BucketID.Bucket)
 	if err != nil {
@@ -72,8 +78,10 @@ type BucketQuotas struct {
 	Subscribers any               `json:"subscribers"`
 }
 
-// BucketSubscribers answers GET /buckets?domain=D&bucket=k=v,...
-func (s *Service) BucketSubscribers(ctx context.Context, domain string, bucket map[string]string) (*BucketQuotas, error) {
+// BucketSubscribers answers GET /buckets?domain=D&bucket=k=v,...: its
+// subscribers summed up, or every one with all
+// (&subscribers=all).
+func (s *Service) BucketSubscribers(ctx context.Context, domain string, bucket map[string]string, all bool) (*BucketQuotas, error) {
 	es, err := s.bucketEntries(domain, bucket)
 	if err != nil {
 		return nil, err
@@ -82,7 +90,7 @@ func (s *Service) BucketSubscribers(ctx context.Context, domain string, bucket m
 	if err != nil {
 		return nil, err
 	}
-	return &BucketQuotas{Buckets: b, Bucket: bucket, Subscribers: s.subscribers(domain, bucket)}, nil
+	return &BucketQuotas{Buckets: b, Bucket: bucket, Subscribers: s.subscribers(domain, bucket, all)}, nil
 }
 
 // QuotaExplanation is POST /explain for an RLQS bucket: the walk, and
@@ -93,13 +101,25 @@ type QuotaExplanation struct {
 	Subscribers any               `json:"subscribers"`
 }
 
-// subscribers is this replica's subscribers of a bucket: none without the
-// Rate Limit Quota Service.
-func (s *Service) subscribers(domain string, bucket map[string]string) any {
+// subscribers describes a bucket's subscribers: none without the Rate
+// Limit Quota Service.
+func (s *Service) subscribers(domain string, bucket map[string]string, all bool) any {
 	if s.quotas == nil {
-		return []any{}
+		return nil
 	}
-	return s.quotas.Subscribers(domain, bucket)
+	return s.quotas.Subscribers(domain, bucket, all)
+}
+
+// subscribersAll reads what a request asks of a bucket's subscribers: a
+// summary ("" or "summary") or all of them ("all").
+func subscribersAll(v string) (bool, error) {
+	switch v {
+	case "", "summary":
+		return false, nil
+	case "all":
+		return true, nil
+	}
+	return false, badRequest("subscribers %q: want all, or summary (the default)", clip(v))
 }
 
 // parseBucket reads a BucketId written k=v,k=v.

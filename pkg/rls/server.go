@@ -3,7 +3,6 @@ package rls
 import (
 	"log/slog"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -23,17 +22,28 @@ const HealthName = "ratelimit"
 // Service quotas (if not nil), the health service hs and reflection (for
 // grpcurl and the like) registered, handler panics turned into Internal
 // errors, and a span per ShouldRateLimit call if svc traces.
-func NewGRPCServer(svc *Service, quotas rlqsv3.RateLimitQuotaServiceServer, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+func NewGRPCServer(svc *Service, quotas Registrar, hs *health.Server, log *slog.Logger, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append(append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(RecoverUnary(log)), grpc.ChainStreamInterceptor(RecoverStream(log))},
 		svc.grpcTracing()...), opts...)
+	if quotas != nil {
+		opts = append(opts, quotas.ServerOptions()...)
+	}
 	g := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(g, svc)
 	if quotas != nil {
-		rlqsv3.RegisterRateLimitQuotaServiceServer(g, quotas)
+		quotas.Register(g)
 	}
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
 	return g
+}
+
+// Registrar is a service that registers itself on a gRPC server, and
+// needs some options of the server: the Rate Limit Quota Service (package
+// rlqs).
+type Registrar interface {
+	Register(g grpc.ServiceRegistrar)
+	ServerOptions() []grpc.ServerOption
 }
 
 // QuotaServiceName is the gRPC name of the Rate Limit Quota Service, also

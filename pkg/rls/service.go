@@ -132,20 +132,21 @@ type Options struct {
 	DynamicMetadata bool
 	// ReferenceHeaders names EnvoyproxyHeaders' headers.
 	ReferenceHeaders ReferenceHeaderNames
-	// Charges, if set, is told the buckets and results of every request
-	// the store decided (what RLQS divides a limit by: the RLS calls'
-	// part of it).
-	Charges Charges
+	// Demand, if set, is told the buckets of every request that reaches
+	// one, whatever answers it (the store, the over-limit cache, the
+	// failure mode): what RLQS divides a limit by, the RLS calls' part of
+	// it.
+	Demand Demand
 	// Quotas, if set, is what GET /buckets shows of the Rate Limit Quota
 	// Service's streams.
 	Quotas Quotas
 }
 
-// Charges is told what each request the store decided charged. Charged is
-// called on the request path: it must be quick and safe for concurrent
-// use.
-type Charges interface {
-	Charged(buckets []limit.Bucket, results []limit.Result)
+// Demand is told the hits each request asks of its buckets, admitted or
+// not. Asked is called on the request path: it must be quick and safe for
+// concurrent use.
+type Demand interface {
+	Asked(buckets []limit.Bucket)
 }
 
 // Service is the envoy.service.ratelimit.v3.RateLimitService. It is safe
@@ -173,7 +174,7 @@ type Service struct {
 	refHeaders      ReferenceHeaderNames
 	tracing         *Tracing     // nil: off
 	tracer          trace.Tracer // nil: off
-	charges         Charges      // nil: none
+	demand          Demand       // nil: none
 	quotas          Quotas       // nil: none
 	errLog          throttle
 	work            sync.Pool
@@ -205,7 +206,7 @@ func New(opts Options) (*Service, error) {
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
 		caps:      newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
 		quotaMode: opts.QuotaMode, dynamicMetadata: opts.DynamicMetadata, refHeaders: opts.ReferenceHeaders.withDefaults(),
-		charges: opts.Charges, quotas: opts.Quotas,
+		demand: opts.Demand, quotas: opts.Quotas,
 	}
 	if t := opts.Tracing; t != nil {
 		if t.Provider == nil || t.Propagator == nil {
@@ -324,6 +325,11 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		return nil, domain, err
 	}
 
+	if s.demand != nil {
+		// Before anything answers it: a call refused by the cache, the
+		// failure mode or a quota still wants its part of the limit.
+		s.demand.Asked(w.buckets)
+	}
 	now := s.clock()
 	w.now = now
 	if fromCache(g.cache, w, now) {

@@ -15,11 +15,7 @@ import (
 // apply asks the store to decide the request's buckets, within its budget
 // (storeBudget).
 func (s *Service) apply(ctx context.Context, now time.Time, w *work) error {
-	err := s.call(ctx, now, StoreApply, w.buckets, w.results)
-	if err == nil && s.charges != nil {
-		s.charges.Charged(w.buckets, w.results)
-	}
-	return err
+	return s.call(ctx, now, StoreApply, w.buckets, w.results)
 }
 
 // call asks the store, within its budget; op says what for (StoreApply,

@@ -130,7 +130,7 @@ func startQuotaReplica(t *testing.T, name string, connect *redis.ClientOptions, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, registry = m, rlqs.NewMemoryRegistry()
+		st, registry = m, rlqs.NewMemoryRegistry(rlqs.DefaultDivideEvery)
 	} else {
 		c := *connect
 		r, err := redis.New(redis.Options{Connect: &c, Logger: log, Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch})
@@ -150,7 +150,7 @@ func startQuotaReplica(t *testing.T, name string, connect *redis.ClientOptions, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := rls.New(rls.Options{Store: st, Config: cfg, Logger: log, Charges: usage, Quotas: quotas})
+	svc, err := rls.New(rls.Options{Store: st, Config: cfg, Logger: log, Demand: usage, Quotas: quotas})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func startQuotaReplica(t *testing.T, name string, connect *redis.ClientOptions, 
 // subscribers is what the replica shows of its streams reporting alice's
 // bucket (GET /buckets): their demands, shares and assignments.
 func (r *quotaReplica) subscribers() string {
-	b, err := json.Marshal(r.quotas.Subscribers("edge", rlqsAlice))
+	b, err := json.Marshal(r.quotas.Bucket("edge", rlqsAlice, true))
 	if err != nil {
 		return err.Error()
 	}
@@ -580,7 +580,8 @@ func TestRLQSAbandon(t *testing.T) {
 	if _, ok := e.inst.Assignment(rlqsAlice); ok {
 		fail("the Envoy still caches alice's bucket after its abandon")
 	}
-	if got := r.subscribers(); got != "[]" {
+	if v := r.quotas.Bucket("edge", rlqsAlice, true); v.Streams != 0 {
+		got := r.subscribers()
 		fail("the service still has subscribers of the abandoned bucket: %s", got)
 	}
 

@@ -1,15 +1,16 @@
 // Package rlqstest is the conformance suite of RLQS registries
 // (rlqs.Registry), for tests only: the in-process MemoryRegistry passes
-// it, and so does the Redis store's, through an adapter, on a single
-// Redis and on a Cluster. Publish and read back, replicas that see each
-// other, expiry on fixed instants, withdrawal, values that must round-trip
-// exactly (+Inf), many levels in one call, and the cap on a level's
-// entries where the registry has one.
+// it, and so do replicas sharing a board, in process and on the Redis
+// store, on a single Redis and on a Cluster. Shares of a level divided
+// max-min fair among every replica's subscribers, read back on fixed
+// instants; expiry; withdrawal; demands of every value (+Inf, 0, NaN,
+// huge); many levels in one call; replicas publishing at once.
 package rlqstest
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -21,35 +22,22 @@ import (
 )
 
 // NewRegistry returns, for one subtest, n registries that share one empty
-// set of entries, as n replicas of the service do: n stores on one Redis
-// and prefix, or one MemoryRegistry n times. They must take the time they
-// are given (the Redis store's CallerClock); the suite registers no
-// cleanup, so newRegistry should.
+// set of subscribers, as n replicas of the service do: n stores on one
+// Redis and prefix, or one MemoryRegistry n times. They must take the
+// time they are given (the Redis store's CallerClock), exchange and
+// divide at every publish (a refresh and a division interval of 0); the
+// suite registers no cleanup, so newRegistry should.
 type NewRegistry func(t *testing.T, n int) []rlqs.Registry
 
-// Options say what the registry under test bounds.
-type Options struct {
-	// Cap is the most entries a level keeps, 0 for no limit: past it, a
-	// publish drops those expiring soonest, and among those that expire
-	// at the same instant the first instances by their bytes.
-	Cap int
-}
-
 // Run runs the whole suite against the registries newRegistry makes.
-func Run(t *testing.T, newRegistry NewRegistry, o Options) {
-	t.Run("PublishReadBack", func(t *testing.T) { testReadBack(t, newRegistry(t, 1)[0]) })
+func Run(t *testing.T, newRegistry NewRegistry) {
+	t.Run("Shares", func(t *testing.T) { testShares(t, newRegistry(t, 1)[0]) })
 	t.Run("ReplicasSeeEachOther", func(t *testing.T) { testReplicas(t, newRegistry(t, 2)) })
 	t.Run("Expiry", func(t *testing.T) { testExpiry(t, newRegistry(t, 2)) })
 	t.Run("Withdraw", func(t *testing.T) { testWithdraw(t, newRegistry(t, 2)) })
-	t.Run("ValuesRoundTrip", func(t *testing.T) { testValues(t, newRegistry(t, 1)[0]) })
+	t.Run("Values", func(t *testing.T) { testValues(t, newRegistry(t, 2)) })
 	t.Run("ManyLevels", func(t *testing.T) { testManyLevels(t, newRegistry(t, 2)) })
 	t.Run("ConcurrentReplicas", func(t *testing.T) { testConcurrent(t, newRegistry(t, 8)) })
-	t.Run("Cap", func(t *testing.T) {
-		if o.Cap <= 0 {
-			t.Skip("the registry keeps every entry")
-		}
-		testCap(t, newRegistry(t, 2), o.Cap)
-	})
 }
 
 // T0 is the instant the suite starts from.
@@ -58,21 +46,35 @@ var T0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 // ttl is how long the suite's entries live, unless a case says otherwise.
 const ttl = 10 * time.Second
 
-// View is what a publish returns: each level's live entries.
-type View = map[string][]rlqs.Entry
+// rate is the limit of the suite's levels, requests per second.
+const rate = 100.0
 
-func entry(level, instance string, demand float64, active int64) rlqs.Entry {
-	return rlqs.Entry{Level: level, Instance: instance, Demand: demand, Active: active}
+var inf = math.Inf(1)
+
+// Shares is what a publish answers: each level's shares, by instance.
+type Shares = map[string]map[string]float64
+
+// Entry returns an entry of a level of the suite's rate.
+func Entry(level, instance string, demand float64, active int64) rlqs.Entry {
+	return rlqs.Entry{Level: level, Instance: instance, Rate: rate, Demand: demand, Active: active}
 }
 
-// publish publishes at T0+at, failing the test on error.
-func publish(t *testing.T, r rlqs.Registry, at, ttl time.Duration, es ...rlqs.Entry) View {
+// Publish publishes at T0+at, failing the test on error, and returns the
+// shares it answered.
+func Publish(t *testing.T, r rlqs.Registry, at, ttl time.Duration, es ...rlqs.Entry) Shares {
 	t.Helper()
-	v, err := r.Publish(context.Background(), T0.Add(at), ttl, es)
-	if err != nil {
+	es = slices.Clone(es)
+	if err := r.Publish(context.Background(), T0.Add(at), ttl, es); err != nil {
 		t.Fatalf("publish at T0+%v: %v", at, err)
 	}
-	return v
+	out := Shares{}
+	for _, e := range es {
+		if out[e.Level] == nil {
+			out[e.Level] = map[string]float64{}
+		}
+		out[e.Level][e.Instance] = e.Share
+	}
+	return out
 }
 
 func withdraw(t *testing.T, r rlqs.Registry, instance string, levels ...string) {
@@ -82,129 +84,150 @@ func withdraw(t *testing.T, r rlqs.Registry, instance string, levels ...string) 
 	}
 }
 
-// Check fails the test unless got holds exactly the levels of want, each
-// with the same entries in any order; demands compare by their bits, so
-// +Inf is +Inf.
-func Check(t *testing.T, what string, got, want View) {
+// Check fails the test unless got has the same levels and instances as
+// want, each share within a millionth of a request a second.
+func Check(t *testing.T, what string, got, want Shares) {
 	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d levels, want %d", what, len(got), len(want))
-	}
-	for level, w := range want {
-		g, ok := got[level]
-		if !ok {
-			t.Fatalf("%s: level %q missing", what, level)
-		}
-		if gs, ws := describe(g), describe(w); gs != ws {
-			t.Fatalf("%s: level %q:\n got  %s\n want %s", what, level, gs, ws)
-		}
+	if g, w := describe(got), describe(want); g != w {
+		t.Fatalf("%s:\n got  %s\n want %s", what, g, w)
 	}
 }
 
-// describe lists entries sorted by instance, demands by their bits.
-func describe(es []rlqs.Entry) string {
-	es = slices.Clone(es)
-	slices.SortFunc(es, func(a, b rlqs.Entry) int { return strings.Compare(a.Instance, b.Instance) })
+func describe(s Shares) string {
 	var b strings.Builder
-	for _, e := range es {
-		fmt.Fprintf(&b, "{%q %q %v(%#x) %d} ", e.Level, e.Instance, e.Demand, math.Float64bits(e.Demand), e.Active)
+	for _, level := range slices.Sorted(maps.Keys(s)) {
+		fmt.Fprintf(&b, "%s{", level)
+		for _, inst := range slices.Sorted(maps.Keys(s[level])) {
+			fmt.Fprintf(&b, " %q:%.6f", inst, s[level][inst])
+		}
+		b.WriteString(" } ")
 	}
-	return fmt.Sprintf("%d: %s", len(es), b.String())
+	return b.String()
 }
 
-func testReadBack(t *testing.T, r rlqs.Registry) {
-	if v := publish(t, r, 0, ttl); len(v) != 0 {
-		t.Fatalf("an empty publish returned %v", v)
+func testShares(t *testing.T, r rlqs.Registry) {
+	const level = "api|u=a"
+	// One wanting less than an equal part keeps what it wants; one not
+	// measured yet takes the rest.
+	Check(t, "first", Publish(t, r, 0, ttl, Entry(level, "a", 10, 100), Entry(level, "b", inf, 0)),
+		Shares{level: {"a": 10, "b": 90}})
+	// A demand published again replaces the last.
+	Check(t, "a wants more", Publish(t, r, time.Second, ttl, Entry(level, "a", 70, 200)), Shares{level: {"a": 50}})
+	Check(t, "b reads its part", Publish(t, r, time.Second, ttl, Entry(level, "b", 40, 0)), Shares{level: {"b": 40}})
+	Check(t, "a gets what b leaves", Publish(t, r, 2*time.Second, ttl, Entry(level, "a", 70, 200)), Shares{level: {"a": 60}})
+	// Latest is the latest activity on the level.
+	es := []rlqs.Entry{Entry(level, "b", 40, 50)}
+	if err := r.Publish(context.Background(), T0.Add(3*time.Second), ttl, es); err != nil {
+		t.Fatal(err)
 	}
-	a1, a2 := entry("api|u=a", "env-1", 2.5, 100), entry("api|u=a|x=1", "env-1", 0, 0)
-	v := publish(t, r, 0, ttl, a1, a2)
-	Check(t, "first publish", v, View{a1.Level: {a1}, a2.Level: {a2}})
-
-	// Published again, an entry is replaced, not added; within one call
-	// the last of an instance's entries on a level counts.
-	a1b := entry(a1.Level, "env-1", 7, 200)
-	v = publish(t, r, time.Second, ttl, a1, a1b)
-	Check(t, "republished", v, View{a1.Level: {a1b}})
-	// Only the levels published on are returned, the others kept.
-	v = publish(t, r, 2*time.Second, ttl, a2)
-	Check(t, "the other level", v, View{a2.Level: {a2}})
+	if es[0].Latest != 200 {
+		t.Fatalf("latest activity %d, want 200 (a's)", es[0].Latest)
+	}
+	// Levels are divided apart.
+	Check(t, "another level", Publish(t, r, 3*time.Second, ttl, Entry("api|u=b", "a", inf, 0)), Shares{"api|u=b": {"a": 100}})
+	// Demands together within the rate: each gets its own.
+	Check(t, "all fits", Publish(t, r, 4*time.Second, ttl, Entry(level, "a", 30, 0), Entry(level, "b", 20, 0)),
+		Shares{level: {"a": 30, "b": 20}})
 }
 
 func testReplicas(t *testing.T, rs []rlqs.Registry) {
 	const level = "api|u=a"
-	a, b := entry(level, "env-a", 1, 10), entry(level, "env-b@replica-2", 3, 20)
-	Check(t, "replica 1 alone", publish(t, rs[0], 0, ttl, a), View{level: {a}})
-	Check(t, "replica 2 sees 1", publish(t, rs[1], time.Second, ttl, b), View{level: {a, b}})
-	a.Demand = 4
-	Check(t, "replica 1 sees 2", publish(t, rs[0], 2*time.Second, ttl, a), View{level: {a, b}})
-	// Two instances of one replica on one level are two entries.
-	c := entry(level, "rls@replica-2", 0.5, 0)
-	Check(t, "two of replica 2", publish(t, rs[1], 3*time.Second, ttl, b, c), View{level: {a, b, c}})
+	Check(t, "replica 1 alone", Publish(t, rs[0], 0, ttl, Entry(level, "a", inf, 10)), Shares{level: {"a": 100}})
+	Check(t, "replica 2 sees 1", Publish(t, rs[1], time.Second, ttl, Entry(level, "b", 30, 20)), Shares{level: {"b": 30}})
+	Check(t, "replica 1 sees 2", Publish(t, rs[0], 2*time.Second, ttl, Entry(level, "a", inf, 10)), Shares{level: {"a": 70}})
+	// Two instances of one replica on one level are two subscribers.
+	Check(t, "two of replica 2", Publish(t, rs[1], 3*time.Second, ttl, Entry(level, "b", 30, 20), Entry(level, "c", inf, 0)),
+		Shares{level: {"b": 30, "c": 35}})
+	Check(t, "replica 1 sees them", Publish(t, rs[0], 4*time.Second, ttl, Entry(level, "a", inf, 10)), Shares{level: {"a": 35}})
 }
 
 func testExpiry(t *testing.T, rs []rlqs.Registry) {
 	const level = "api|u=a"
-	a, b := entry(level, "a", 1, 0), entry(level, "b", 2, 0)
-	publish(t, rs[0], 0, ttl, a)
-	Check(t, "within its TTL", publish(t, rs[1], 5*time.Second, ttl, b), View{level: {a, b}})
+	Publish(t, rs[0], 0, ttl, Entry(level, "a", 40, 0))
+	Check(t, "within its TTL", Publish(t, rs[1], 5*time.Second, ttl, Entry(level, "b", inf, 0)), Shares{level: {"b": 60}})
 	// An entry lives to the end of its TTL, the instant included...
-	Check(t, "at its expiry", publish(t, rs[1], ttl, ttl, b), View{level: {a, b}})
+	Check(t, "at its expiry", Publish(t, rs[1], ttl, ttl, Entry(level, "b", inf, 0)), Shares{level: {"b": 60}})
 	// ...and not a microsecond more.
-	Check(t, "past its expiry", publish(t, rs[1], ttl+time.Microsecond, ttl, b), View{level: {b}})
-	Check(t, "not back", publish(t, rs[1], ttl+time.Second, ttl, b), View{level: {b}})
-	Check(t, "published again", publish(t, rs[0], ttl+2*time.Second, ttl, a), View{level: {a, b}})
+	Check(t, "past its expiry", Publish(t, rs[1], ttl+time.Microsecond, ttl, Entry(level, "b", inf, 0)), Shares{level: {"b": 100}})
+	Check(t, "published again", Publish(t, rs[0], ttl+2*time.Second, ttl, Entry(level, "a", 40, 0)), Shares{level: {"a": 40}})
+	Check(t, "back", Publish(t, rs[1], ttl+3*time.Second, ttl, Entry(level, "b", inf, 0)), Shares{level: {"b": 60}})
 
 	// Each publish has its own TTL.
 	const other = "api|u=b"
-	long, short := entry(other, "long", 1, 0), entry(other, "short", 1, 0)
-	publish(t, rs[0], 0, time.Minute, long)
-	publish(t, rs[1], 0, time.Second, short)
-	Check(t, "the short one gone", publish(t, rs[0], 2*time.Second, time.Minute, long), View{other: {long}})
-	// A TTL already over: the entry is gone at once, and its level named.
-	Check(t, "a TTL of 0", publish(t, rs[0], 3*time.Second, -time.Second, entry("api|u=c", "x", 1, 0)), View{"api|u=c": nil})
+	Publish(t, rs[0], 0, time.Minute, Entry(other, "long", inf, 0))
+	Publish(t, rs[1], 0, time.Second, Entry(other, "short", inf, 0))
+	Check(t, "the short one gone", Publish(t, rs[0], 2*time.Second, time.Minute, Entry(other, "long", inf, 0)), Shares{other: {"long": 100}})
+	// A TTL already over: the entry counts for the publish that made it,
+	// and is gone after.
+	Publish(t, rs[0], 3*time.Second, -time.Second, Entry("api|u=c", "x", inf, 0))
+	Check(t, "a TTL of 0", Publish(t, rs[1], 4*time.Second, ttl, Entry("api|u=c", "y", inf, 0)), Shares{"api|u=c": {"y": 100}})
 }
 
 func testWithdraw(t *testing.T, rs []rlqs.Registry) {
 	const l1, l2 = "api|u=a", "api|u=a|x=1"
-	a1, a2, b1, b2 := entry(l1, "a", 1, 0), entry(l2, "a", 1, 0), entry(l1, "b", 2, 0), entry(l2, "b", 2, 0)
-	publish(t, rs[0], 0, ttl, a1, a2)
-	publish(t, rs[1], 0, ttl, b1, b2)
+	Publish(t, rs[0], 0, ttl, Entry(l1, "a", inf, 0), Entry(l2, "a", inf, 0))
+	Publish(t, rs[1], 0, ttl, Entry(l1, "b", inf, 0), Entry(l2, "b", inf, 0))
 	withdraw(t, rs[0], "a", l1)
-	Check(t, "a withdrawn from l1", publish(t, rs[1], time.Second, ttl, b1, b2), View{l1: {b1}, l2: {a2, b2}})
+	Check(t, "a withdrawn from l1", Publish(t, rs[1], time.Second, ttl, Entry(l1, "b", inf, 0), Entry(l2, "b", inf, 0)),
+		Shares{l1: {"b": 100}, l2: {"b": 50}})
 	// Withdrawing what is not there, or nothing, is no error.
 	withdraw(t, rs[0], "a", l1, "api|u=nobody")
 	withdraw(t, rs[1], "nobody", l2)
 	withdraw(t, rs[1], "b")
 	withdraw(t, rs[1], "b", l1, l2)
-	Check(t, "b withdrawn", publish(t, rs[0], 2*time.Second, ttl, a2), View{l2: {a2}})
-	Check(t, "back", publish(t, rs[0], 3*time.Second, ttl, a1), View{l1: {a1}})
+	Check(t, "b withdrawn", Publish(t, rs[0], 2*time.Second, ttl, Entry(l2, "a", inf, 0)), Shares{l2: {"a": 100}})
+	Check(t, "back", Publish(t, rs[0], 3*time.Second, ttl, Entry(l1, "a", inf, 0)), Shares{l1: {"a": 100}})
 }
 
-func testValues(t *testing.T, r rlqs.Registry) {
+func testValues(t *testing.T, rs []rlqs.Registry) {
 	const level = "api|u=a"
-	es := []rlqs.Entry{
-		entry(level, "unknown", math.Inf(1), 0),
-		entry(level, "zero", 0, -1),
-		entry(level, "tiny", math.SmallestNonzeroFloat64, math.MinInt64),
-		entry(level, "huge", math.MaxFloat64, math.MaxInt64),
-		entry(level, "third", 1.0/3, T0.UnixMicro()),
-		entry(level, "", 5, 1),
-		entry(level, "bytes {}|#%\x00\xff é", 6, 2),
+	// Nonsense asks for nothing, yet every subscriber keeps a small part
+	// (its idle floor); shares never add up to more than the rate.
+	mine := []rlqs.Entry{
+		Entry(level, "zero", 0, -1),
+		Entry(level, "nan", math.NaN(), 0),
+		Entry(level, "negative", -5, math.MinInt64),
+		Entry(level, "tiny", math.SmallestNonzeroFloat64, math.MaxInt64),
 	}
-	Check(t, "values", publish(t, r, 0, ttl, es...), View{level: es})
+	theirs := []rlqs.Entry{
+		Entry(level, "huge", math.MaxFloat64, 0),
+		Entry(level, "unknown", inf, 0),
+		Entry(level, "third", 10.0/3, 0),
+		Entry(level, "bytes {}|#%\x00\xff é", 6, 2),
+	}
+	Publish(t, rs[0], 0, ttl, mine...)
+	Publish(t, rs[1], 0, ttl, theirs...)
+	a := Publish(t, rs[0], time.Second, ttl, mine...)[level]
+	b := Publish(t, rs[1], time.Second, ttl, theirs...)[level]
+	sum := 0.0
+	for inst, s := range a {
+		sum += s
+		if !(s > 0) || s > rate {
+			t.Errorf("%s: share %v", inst, s)
+		}
+	}
+	for inst, s := range b {
+		sum += s
+		if !(s > 0) || s > rate {
+			t.Errorf("%s: share %v", inst, s)
+		}
+	}
+	if sum > rate*(1+1e-9) {
+		t.Fatalf("shares add up to %v, more than the rate %v: %v %v", sum, rate, a, b)
+	}
+	if b["third"] != 10.0/3 || b["bytes {}|#%\x00\xff é"] != 6 || b["huge"] != b["unknown"] || !(b["huge"] > 40) {
+		t.Fatalf("shares of the measured %v", b)
+	}
 	// Levels of every form a bucket key takes: a domain alone, marks,
 	// escapes, a wildcard.
-	var levels []rlqs.Entry
+	var es []rlqs.Entry
+	want := Shares{}
 	for _, l := range []string{"api", "api|u=a|#lb2", "api|u=a|#sw1m/1s", "api|u=a|#10/second/fw",
 		"api|u=%7Bx%7D|p=%7C", "api|path=/v1*", "other|u=a", "api|u=a|x=1|y=2|z=3"} {
-		levels = append(levels, entry(l, "i", 1, 0))
+		es = append(es, Entry(l, "i", inf, 0))
+		want[l] = map[string]float64{"i": rate}
 	}
-	want := View{}
-	for _, e := range levels {
-		want[e.Level] = []rlqs.Entry{e}
-	}
-	want[level] = es
-	Check(t, "levels", publish(t, r, time.Second, ttl, append(levels, es...)...), want)
+	Check(t, "levels", Publish(t, rs[0], 2*time.Second, ttl, es...), want)
 }
 
 // manyLevels is more levels than one script call takes (256), over many
@@ -213,33 +236,37 @@ const manyLevels = 600
 
 func testManyLevels(t *testing.T, rs []rlqs.Registry) {
 	var as, bs []rlqs.Entry
-	want := View{}
+	wantA, wantB := Shares{}, Shares{}
 	for i := range manyLevels {
 		level := fmt.Sprintf("d%d|u=u%d", i%3, i/2)
 		if i%2 == 1 {
 			level += "|x=1"
 		}
-		a, b := entry(level, "a", float64(i), int64(i)), entry(level, "b", float64(2*i), 0)
-		as, bs = append(as, a), append(bs, b)
-		want[level] = []rlqs.Entry{a, b}
+		d := float64(10 + i%90) // above any idle floor
+		as, bs = append(as, Entry(level, "a", d, int64(i))), append(bs, Entry(level, "b", inf, 0))
+		wantA[level] = map[string]float64{"a": min(d, rate/2)}
+		wantB[level] = map[string]float64{"b": rate - min(d, rate/2)}
 	}
-	publish(t, rs[0], 0, ttl, as...)
-	Check(t, "replica 2", publish(t, rs[1], time.Second, ttl, bs...), want)
-	Check(t, "replica 1", publish(t, rs[0], 2*time.Second, ttl, as...), want)
+	Publish(t, rs[0], 0, ttl, as...)
+	Check(t, "replica 2", Publish(t, rs[1], time.Second, ttl, bs...), wantB)
+	Check(t, "replica 1", Publish(t, rs[0], 2*time.Second, ttl, as...), wantA)
 }
 
 func testConcurrent(t *testing.T, rs []rlqs.Registry) {
 	const levels = 50
 	var wg sync.WaitGroup
 	errs := make([]error, len(rs))
+	entries := func(n int) []rlqs.Entry {
+		var es []rlqs.Entry
+		for l := range levels {
+			es = append(es, Entry(fmt.Sprintf("api|u=%d", l), fmt.Sprintf("r%d", n), inf, 0))
+		}
+		return es
+	}
 	for n, r := range rs {
 		wg.Go(func() {
-			var es []rlqs.Entry
-			for l := range levels {
-				es = append(es, entry(fmt.Sprintf("api|u=%d", l), fmt.Sprintf("r%d", n), float64(n), 0))
-			}
 			for round := range 5 {
-				if _, err := r.Publish(context.Background(), T0.Add(time.Duration(round)*time.Millisecond), ttl, es); err != nil {
+				if err := r.Publish(context.Background(), T0.Add(time.Duration(round)*time.Millisecond), ttl, entries(n)); err != nil {
 					errs[n] = err
 					return
 				}
@@ -252,32 +279,12 @@ func testConcurrent(t *testing.T, rs []rlqs.Registry) {
 			t.Fatalf("replica %d: %v", n, err)
 		}
 	}
-	var es []rlqs.Entry
-	want := View{}
-	for l := range levels {
-		level := fmt.Sprintf("api|u=%d", l)
-		for n := range rs {
-			want[level] = append(want[level], entry(level, fmt.Sprintf("r%d", n), float64(n), 0))
+	// Every replica sees the others: an equal part each.
+	for n, r := range rs {
+		for level, shares := range Publish(t, r, time.Second+time.Duration(n)*time.Millisecond, ttl, entries(n)...) {
+			if s := shares[fmt.Sprintf("r%d", n)]; math.Abs(s-rate/float64(len(rs))) > 1e-9 {
+				t.Fatalf("replica %d, level %s: share %v, want %v", n, level, s, rate/float64(len(rs)))
+			}
 		}
-		es = append(es, want[level][0])
 	}
-	Check(t, "after all", publish(t, rs[0], time.Second, ttl, es...), want)
-}
-
-func testCap(t *testing.T, rs []rlqs.Registry, most int) {
-	const level = "api|u=a"
-	old := entry(level, "old", 1, 0)
-	publish(t, rs[0], 0, ttl, old)
-	// most entries that expire after old's: old goes.
-	var many []rlqs.Entry
-	for i := range most {
-		many = append(many, entry(level, fmt.Sprintf("n%05d", i), float64(i), 0))
-	}
-	Check(t, "full", publish(t, rs[1], time.Second, ttl, many...), View{level: many})
-	// old again, expiring last: of those expiring soonest, all at once,
-	// the first by its bytes goes.
-	want := append([]rlqs.Entry{old}, many[1:]...)
-	Check(t, "old back", publish(t, rs[0], 2*time.Second, ttl, old), View{level: want})
-	// A level under its cap keeps all.
-	Check(t, "another level", publish(t, rs[0], 2*time.Second, ttl, entry("api|u=b", "x", 1, 0)), View{"api|u=b": {entry("api|u=b", "x", 1, 0)}})
 }

@@ -10,11 +10,11 @@ import (
 // replicas are one registry, as the replicas of one process share it.
 func TestMemoryRegistry(t *testing.T) {
 	Run(t, func(t *testing.T, n int) []rlqs.Registry {
-		r := rlqs.NewMemoryRegistry()
+		r := rlqs.NewMemoryRegistry(0)
 		rs := make([]rlqs.Registry, n)
 		for i := range rs {
 			rs[i] = r
 		}
 		return rs
-	}, Options{})
+	})
 }

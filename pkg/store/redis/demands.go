@@ -3,29 +3,27 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
 // The RLQS registry on Redis (package rlqs's Board, adapted in that
 // package): each replica keeps, for every level of a limit its Envoys
-// subscribe to, one field with all of its subscribers' demands there (its
-// shelf), and reads back the other replicas' fields, to divide the level's
-// limit. A replica exchanges a level at most about once a second however
-// many of its Envoys report it (package rlqs's SharedRegistry), so the work
-// on Redis grows with levels x replicas, not levels x Envoys.
+// subscribe to, one field with its record there (what the other replicas
+// need to divide the level's limit: its subscribers as a few groups, of
+// bounded size, which only package rlqs reads), and reads back the other
+// replicas' fields. A replica exchanges a level at most about once a
+// second however many of its Envoys report it (package rlqs's
+// SharedRegistry), so the work on Redis grows with levels x replicas, not
+// levels x Envoys.
 //
 // A level is one hash, keyed like its bucket with demandMark after it (so
 // on a Cluster it shares its bucket's slot, and a hierarchy's levels one
 // call): field the replica, value its expiry (7 bytes, written by
-// demands.lua on the clock the store decides on), then per subscriber its
-// instance (a uvarint length, then the bytes), its demand (the float64's
-// 8 bytes, so +Inf and every other value round-trip exactly) and its
-// activity (8 bytes), big-endian. The hash expires a second after its
-// latest field, so a level no one publishes on again goes away.
+// demands.lua on the clock the store decides on), then the record. The
+// hash expires a second after its latest field, so a level no one
+// publishes on again goes away.
 
 var (
 	//go:embed demands.lua
@@ -34,21 +32,7 @@ var (
 	demandsScript = newScript(stateSource + demandsSource)
 )
 
-// Demand is one subscriber's demand on one level (rlqs.Entry, which this
-// package cannot import: package rlqs adapts one to the other).
-type Demand struct {
-	// Level is the level's bucket key.
-	Level string
-	// Instance names the subscriber, uniquely across replicas.
-	Instance string
-	// Demand is requests per second; +Inf while not known yet.
-	Demand float64
-	// Active is when it last reported a request, Unix microseconds; 0 for
-	// never.
-	Active int64
-}
-
-// Shelf is one replica's demands on one level: the value of its field in
+// Shelf is one replica's record of one level: the value of its field in
 // the level's hash.
 type Shelf struct {
 	// Level is the level's bucket key.
@@ -56,8 +40,8 @@ type Shelf struct {
 	// TTL is how long the field lives unless written again; 0 or less, it
 	// is gone at once.
 	TTL time.Duration
-	// Demands are the replica's subscribers there; none removes its field.
-	Demands []Demand
+	// Record is the replica's record there; empty removes its field.
+	Record []byte
 }
 
 // MaxDemandReplicas is the most fields (replicas) a level keeps: past it,
@@ -69,8 +53,11 @@ const MaxDemandReplicas = 1000
 
 // demandMark ends the Redis key of a level's hash. A bucket key has '#'
 // only in its marks ("|#lb2", "|#sw1m/1s", "|#fw1m", "|#10/second"), none
-// of which is "rlqs", so no bucket's Redis key is a demand key.
-const demandMark = "|#rlqs"
+// of which is "rlqs", so no bucket's Redis key is a demand key. The 2 is
+// the records' form: replicas of the form before (every subscriber's
+// entry, "|#rlqs") keep to their own hashes while a rollout replaces
+// them.
+const demandMark = "|#rlqs2"
 
 // demandKey returns the Redis key of a level's hash.
 func demandKey(prefix, level string) string {
@@ -84,8 +71,8 @@ const expiryLen = 7
 // maxCallBuckets bounds its levels: demands.lua starts no level once it
 // has read that many, and the levels left go in the next round trip. A
 // call's time on Redis grows with the fields it meets and the bytes it
-// copies into its reply: 256 levels of 4 replicas of 50 subscribers each
-// (about 40 bytes each) is 2 MiB, read in a few calls.
+// copies into its reply: a record is at most about 2 KiB, so 256 levels
+// of 4 replicas of the largest records is 2 MiB, read in a few calls.
 const maxCallBytes = 512 << 10
 
 // demandCall is the script calls of an exchange for at most
@@ -95,14 +82,14 @@ type demandCall struct {
 	call    scriptCall // the call of this round: the levels from next on
 	keys    []string
 	shelves []Shelf
-	views   [][]Demand // each level's other replicas' demands, from the replies
+	views   [][]string // each level's other replicas' records, from the replies
 	next    int        // the first level not answered yet
 	err     error
 }
 
-// ExchangeDemands writes each shelf as replica's field on its level, valid
+// ExchangeRecords writes each shelf as replica's field on its level, valid
 // for the shelf's TTL from now (an empty shelf removes the field), and
-// returns for each level every demand of the other replicas' fields not
+// returns for each level the records of the other replicas' fields not
 // past their expiry. Fields found expired are deleted. now counts only
 // with CallerClock; otherwise the Redis server's clock decides, as it does
 // for buckets.
@@ -110,17 +97,17 @@ type demandCall struct {
 // The levels go in script calls of at most maxCallBuckets levels of one
 // slot, and a slot's calls in one pipeline: an exchange is one round trip
 // on a single Redis however many levels it has, while Redis serves others
-// between two calls; but for levels of many replicas or subscribers, which
+// between two calls; but for levels of many replicas, which
 // take one more round trip per maxCallBytes a call reads. On a Cluster the
 // slots go in parallel. It needs the script mode.
-func (s *Store) ExchangeDemands(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Demand, error) {
+func (s *Store) ExchangeRecords(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]string, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
 	if _, ok := s.exec.(scriptExec); !ok {
 		return nil, errors.New("redis store: RLQS demands need the script mode")
 	}
-	out := make(map[string][]Demand, len(shelves))
+	out := make(map[string][]string, len(shelves))
 	if len(shelves) == 0 {
 		return out, nil
 	}
@@ -161,7 +148,7 @@ func (s *Store) ExchangeDemands(ctx context.Context, now time.Time, replica stri
 // fails (the exchange fails then: the rest is not sent).
 func exchangeRun(ctx context.Context, cs *clients, at int64, replica string, run []*demandCall) {
 	for _, c := range run {
-		c.views = make([][]Demand, len(c.shelves))
+		c.views = make([][]string, len(c.shelves))
 	}
 	pending := run
 	for len(pending) > 0 {
@@ -197,14 +184,11 @@ func exchangeRun(ctx context.Context, cs *clients, at int64, replica string, run
 // demandArgs returns demands.lua's arguments for the shelves of a call, in
 // one allocation: the time (empty for the server's), the replica, the most
 // fields a level keeps and the most bytes a call reads, then per level the
-// shelf's TTL in microseconds and the shelf encoded.
+// shelf's TTL in microseconds and its record.
 func demandArgs(at int64, replica string, shelves []Shelf) []string {
 	n, size := 4+2*len(shelves), 64+len(replica)
 	for _, sh := range shelves {
-		size += 24
-		for _, d := range sh.Demands {
-			size += binary.MaxVarintLen64 + len(d.Instance) + 16
-		}
+		size += 24 + len(sh.Record)
 	}
 	text, ends := make([]byte, 0, size), make([]int, 0, n)
 	text, ends = appendTime(text, ends, at)
@@ -214,28 +198,18 @@ func demandArgs(at int64, replica string, shelves []Shelf) []string {
 	text, ends = appendArg(text, ends, maxCallBytes)
 	for _, sh := range shelves {
 		text, ends = appendArg(text, ends, sh.TTL.Microseconds())
-		for _, d := range sh.Demands {
-			text = appendDemand(text, d)
-		}
+		text = append(text, sh.Record...)
 		ends = append(ends, len(text))
 	}
 	return argStrings(text, ends)
 }
 
-// appendDemand appends one subscriber of a shelf: its instance, demand and
-// activity.
-func appendDemand(b []byte, d Demand) []byte {
-	b = binary.AppendUvarint(b, uint64(len(d.Instance)))
-	b = append(b, d.Instance...)
-	b = binary.BigEndian.AppendUint64(b, math.Float64bits(d.Demand))
-	return binary.BigEndian.AppendUint64(b, uint64(d.Active))
-}
-
 // demandsReply reads demands.lua's reply for shelves into views: per
 // level answered, a count, then each other replica's field and value;
-// last, the number of levels answered, which it returns. Nothing in it is
+// last, the number of levels answered, which it returns; each value's
+// expiry, which the script has checked, is cut off. Nothing in it is
 // trusted: a reply of another shape is an error that says what was wrong.
-func demandsReply(reply []any, shelves []Shelf, views [][]Demand) (int, error) {
+func demandsReply(reply []any, shelves []Shelf, views [][]string) (int, error) {
 	if len(reply) == 0 {
 		return 0, errors.New("redis demands script: an empty reply")
 	}
@@ -262,11 +236,10 @@ func demandsReply(reply []any, shelves []Shelf, views [][]Demand) (int, error) {
 			if !ok1 || !ok2 {
 				return 0, fmt.Errorf("redis demands script: level %q, field %d: a %T and a %T, not a replica and a value", level, j, reply[pos], reply[pos+1])
 			}
-			var err error
-			views[i], err = decodeShelf(views[i], level, replica, value)
-			if err != nil {
-				return 0, err
+			if len(value) < expiryLen {
+				return 0, fmt.Errorf("redis demands script: level %q, replica %q: a value of %d bytes, shorter than its expiry", level, replica, len(value))
 			}
+			views[i] = append(views[i], value[expiryLen:])
 			pos += 2
 		}
 	}
@@ -274,31 +247,4 @@ func demandsReply(reply []any, shelves []Shelf, views [][]Demand) (int, error) {
 		return 0, fmt.Errorf("redis demands script: %d values left over after %d levels", len(reply)-pos, done)
 	}
 	return int(done), nil
-}
-
-// decodeShelf appends to ds the demands of a stored value: its expiry,
-// which the script has checked, then each subscriber.
-func decodeShelf(ds []Demand, level, replica, value string) ([]Demand, error) {
-	bad := func(what string) ([]Demand, error) {
-		return nil, fmt.Errorf("redis demands script: level %q, replica %q: %s", level, replica, what)
-	}
-	if len(value) < expiryLen {
-		return bad(fmt.Sprintf("a value of %d bytes, shorter than its expiry", len(value)))
-	}
-	b := []byte(value[expiryLen:])
-	for len(b) > 0 {
-		n, w := binary.Uvarint(b)
-		if w <= 0 || n > uint64(len(b)-w) || uint64(len(b)-w)-n < 16 {
-			return bad(fmt.Sprintf("subscriber %d is cut short", len(ds)))
-		}
-		b = b[w:]
-		ds = append(ds, Demand{
-			Level:    level,
-			Instance: string(b[:n]),
-			Demand:   math.Float64frombits(binary.BigEndian.Uint64(b[n:])),
-			Active:   int64(binary.BigEndian.Uint64(b[n+8:])),
-		})
-		b = b[n+16:]
-	}
-	return ds, nil
 }

@@ -1,7 +1,7 @@
 -- envoy-rls: exchange RLQS demands among replicas (package rlqs's Board):
 -- each level of a limit is a hash with one field per replica, whose value
 -- is 7 bytes of expiry (Unix microseconds, big-endian) then the replica's
--- shelf: all of its subscribers' demands there, which only the service
+-- record: its subscribers there as a few groups, which only the service
 -- reads (demands.go). A call replaces the caller's field on each level and
 -- reads back the other replicas' live ones.
 --
@@ -12,7 +12,7 @@
 -- ARGV[4]  the most bytes of values a call reads: once it has, it starts
 --          no other level
 -- then     per level, how long the replica's shelf lives (microseconds)
---          and the shelf; an empty shelf removes the replica's field
+--          and the record; an empty record removes the replica's field
 -- Returns, per level done: the number of other replicas' live fields,
 -- then each one's name and value; then the number of levels done, the
 -- first ones, one at least (the caller sends the others again).

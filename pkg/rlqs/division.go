@@ -1,0 +1,233 @@
+package rlqs
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+)
+
+// levelState is one level as a replica divides it: its subscribers here,
+// the other replicas' records, and the last division.
+type levelState struct {
+	rate float64
+	subs map[string]*held // this replica's subscribers, by instance
+
+	others      []Group // the other replicas' subscribers, as their records group them
+	othersCount float64
+	othersN     int   // their records
+	othersAct   int64 // the latest activity they report
+
+	div    Division
+	floor  float64 // the demand an idle subscriber counts as, at the last division
+	latest int64   // the latest activity of any subscriber
+	dirty  bool    // something changed since the last division
+	// expires is when the first subscriber counted expires, Unix
+	// nanoseconds: the division is stale past it too.
+	expires int64
+	// sorted are the demands the last division counted, in order, with
+	// running sums (sums[k], counts[k]: of those before k), so that a
+	// subscriber new since is counted at once without sorting again;
+	// joined counts those.
+	sorted []point
+	sums   []float64
+	counts []float64
+	joined int
+}
+
+// held is one subscriber of a level here.
+type held struct {
+	demand float64
+	active int64 // Unix microseconds
+	until  int64 // Unix nanoseconds
+	// counted is the demand the last division counted it at (its idle
+	// floor applied); +Inf if it came since, counted as wanting all.
+	counted float64
+	// gone is set once it has left the level (expired, withdrawn).
+	gone bool
+}
+
+// point is a demand of count subscribers alike, as a division sorts them.
+type point struct{ demand, count float64 }
+
+// Division is a level's limit divided among its subscribers on every
+// replica, as last worked out here.
+type Division struct {
+	// Rate is the level's limit, requests per second.
+	Rate float64
+	// Fill is the fill level: each subscriber's share is its demand, up
+	// to Fill; +Inf when the demands together fit in Rate.
+	Fill float64
+	// Subscribers counts them on every replica; Unknown those not
+	// measured yet (a first report), which take shares of Fill.
+	Subscribers, Unknown int
+	// Demand is the measured subscribers' demands together, per second.
+	Demand float64
+	// Replicas is how many replicas have subscribers there, this one
+	// included.
+	Replicas int
+	// At is when it was worked out.
+	At time.Time
+}
+
+func newLevelState() *levelState {
+	return &levelState{subs: map[string]*held{}, expires: math.MaxInt64}
+}
+
+// stale reports whether the division needs working out anew at now:
+// something changed, or a subscriber it counts has expired.
+func (lv *levelState) stale(now time.Time) bool {
+	return lv.dirty || now.UnixNano() > lv.expires
+}
+
+// put records a subscriber's entry, valid until (Unix nanoseconds), and
+// reports whether it is new here.
+func (lv *levelState) put(e *Entry, until int64) (joined bool) {
+	if lv.rate != e.Rate {
+		lv.rate, lv.dirty = e.Rate, true
+	}
+	h := lv.subs[e.Instance]
+	if h == nil {
+		h = &held{counted: unknown}
+		lv.subs[e.Instance] = h
+		lv.join()
+		joined = true
+	}
+	e.h = h
+	if h.demand != e.Demand {
+		lv.dirty = true
+	}
+	h.demand, h.active, h.until = e.Demand, e.Active, until
+	lv.latest = max(lv.latest, e.Active)
+	lv.expires = min(lv.expires, until)
+	return joined
+}
+
+// join counts a subscriber new since the last division, as wanting all
+// it can get: the fill level falls at once, so that shares still never
+// add up to more than the rate. A binary search of the last division's
+// demands, not a new division.
+func (lv *levelState) join() {
+	lv.joined++
+	lv.dirty = true
+	if !lv.div.At.IsZero() {
+		lv.div.Fill = fillSorted(lv.rate, lv.sorted, lv.sums, lv.counts, float64(lv.joined))
+		lv.div.Subscribers++
+		lv.div.Unknown++
+	}
+}
+
+// divide works the division out anew at now: subscribers past their TTL
+// go, each one's demand is raised to the idle floor, and the fill level
+// is found over them and the other replicas' groups.
+func (lv *levelState) divide(now time.Time) {
+	at := now.UnixNano()
+	latest := lv.othersAct
+	lv.expires = math.MaxInt64
+	for inst, h := range lv.subs {
+		if at > h.until {
+			h.gone = true
+			delete(lv.subs, inst)
+			continue
+		}
+		latest = max(latest, h.active)
+		lv.expires = min(lv.expires, h.until)
+	}
+	n := float64(len(lv.subs)) + lv.othersCount
+	lv.floor = lv.rate * idleShare / max(n, 1)
+	pts := lv.sorted[:0]
+	d := Division{Rate: lv.rate, Subscribers: int(n), Replicas: lv.othersN + 1, At: now}
+	for _, h := range lv.subs {
+		h.counted = math.Max(want(h.demand), lv.floor)
+		pts = append(pts, point{h.counted, 1})
+		d.add(h.demand, 1)
+	}
+	for _, g := range lv.others {
+		pts = append(pts, point{g.demand(), g.Count})
+		d.add(g.Sum, g.Count)
+	}
+	slices.SortFunc(pts, func(a, b point) int { return cmp.Compare(a.demand, b.demand) })
+	lv.sorted, lv.sums, lv.counts = pts, runningSums(lv.sums[:0], pts, false), runningSums(lv.counts[:0], pts, true)
+	d.Fill = fillSorted(lv.rate, lv.sorted, lv.sums, lv.counts, 0)
+	lv.div, lv.latest, lv.joined, lv.dirty = d, latest, 0, false
+}
+
+// add counts a demand of count subscribers in the division's figures.
+func (d *Division) add(demand, count float64) {
+	if math.IsInf(demand, 1) {
+		d.Unknown += int(count)
+		return
+	}
+	d.Demand += want(demand)
+}
+
+// runningSums returns, for each point k and one past the last, the sum of
+// the points before k: of their counts, or of their demands × counts.
+func runningSums(dst []float64, pts []point, counts bool) []float64 {
+	s := 0.0
+	dst = append(dst, 0)
+	for _, p := range pts {
+		if counts {
+			s += p.count
+		} else {
+			s += want(p.demand) * p.count
+		}
+		dst = append(dst, s)
+	}
+	return dst
+}
+
+// fillSorted is the fill level of rate divided among sorted points and
+// extra subscribers wanting all they can get (FillGroups' level), by a
+// binary search: once a point's demand reaches an equal part of what
+// the points before it leave, every later one's does too.
+func fillSorted(rate float64, pts []point, sums, counts []float64, extra float64) float64 {
+	if !(rate > 0) {
+		return 0
+	}
+	total := counts[len(pts)] + extra
+	if total <= 0 {
+		return math.Inf(1)
+	}
+	equal := func(k int) float64 { return (rate - sums[k]) / (total - counts[k]) }
+	lo, hi := 0, len(pts)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if want(pts[mid].demand) >= equal(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	if lo == len(pts) && extra == 0 {
+		return math.Inf(1) // every demand fits
+	}
+	return math.Max(equal(lo), 0)
+}
+
+// shareOf is a subscriber's share: its demand (at least the idle floor),
+// no more than the last division counted it at, nor the fill level; 0
+// once it has expired (a division dropped it).
+func (lv *levelState) shareOf(h *held) float64 {
+	if h == nil || h.gone {
+		return 0
+	}
+	return math.Min(math.Min(math.Max(want(h.demand), lv.floor), h.counted), lv.div.Fill)
+}
+
+// setOthers keeps the other replicas' records.
+func (lv *levelState) setOthers(recs []Record) {
+	lv.others, lv.othersCount, lv.othersN, lv.othersAct = lv.others[:0], 0, len(recs), 0
+	for _, r := range recs {
+		for _, g := range r.Groups {
+			if !(g.Count > 0) {
+				continue
+			}
+			lv.others = append(lv.others, g)
+			lv.othersCount += g.Count
+		}
+		lv.othersAct = max(lv.othersAct, r.Active)
+	}
+	lv.latest = max(lv.latest, lv.othersAct)
+	lv.dirty = true
+}

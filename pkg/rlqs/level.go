@@ -1,0 +1,188 @@
+package rlqs
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// streamLevel is one level (a limit's bucket) the stream's buckets meet,
+// kept while one of them does: the buckets there, what the Envoy allowed
+// there and is not charged yet, and the stream's part of the limit at the
+// last report. A report works on the levels of its buckets through these,
+// not through maps made anew for it.
+type streamLevel struct {
+	key   string
+	limit limit.Limit
+	rate  float64 // requests per second
+	size  int64   // what the limit admits at once: the bursts' budget
+	subs  []levelSub
+	// owed is what the Envoy allowed there that no store call charged
+	// yet: the next report's charge.
+	owed int64
+	// round is the last report that named a bucket of it.
+	round uint64
+	// usage counts the RLS calls on it, if they are counted.
+	usage *usageCount
+	// mine is the stream's share, all its buckets there together, and
+	// latest the latest request reported there on any replica, Unix
+	// microseconds: both as of the last report.
+	mine   float64
+	latest int64
+}
+
+// levelSub is a bucket of the stream on a level: the level is its i-th.
+type levelSub struct {
+	b *sub
+	i int
+}
+
+// watch notes b's levels as the stream's, and has RLS calls on them
+// counted from now. Called with st.mu held.
+func (st *stream) watch(b *sub, now time.Time) {
+	b.lv = make([]*streamLevel, len(b.levels))
+	for i, l := range b.levels {
+		sl := st.levels[l.Key]
+		if sl == nil {
+			sl = &streamLevel{key: l.Key}
+			st.levels[l.Key] = sl
+			if st.svc.opts.Usage != nil {
+				sl.usage = st.svc.opts.Usage.watch(l.Key, now)
+			}
+		}
+		// The config's latest word on the limit (a reload may change it
+		// under the same key).
+		sl.limit, sl.rate, sl.size = l.Rule.Limit, l.Rule.Limit.PerSecond(), l.Rule.Limit.Size
+		sl.subs = append(sl.subs, levelSub{b, i})
+		b.lv[i] = sl
+	}
+}
+
+// unwatch undoes watch. A level left with no bucket goes, and what was
+// owed there is kept for the next report's charge. Called with st.mu held.
+func (st *stream) unwatch(b *sub) {
+	for _, sl := range b.lv {
+		sl.subs = slices.DeleteFunc(sl.subs, func(ls levelSub) bool { return ls.b == b })
+		if len(sl.subs) > 0 {
+			continue
+		}
+		delete(st.levels, sl.key)
+		if st.svc.opts.Usage != nil {
+			st.svc.opts.Usage.unwatch(sl.key)
+		}
+		if sl.owed > 0 {
+			st.orphans = append(st.orphans, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true})
+		}
+	}
+	b.lv = nil
+}
+
+// charge adds what b's Envoy allowed to what the report charges, on every
+// level of b, and notes the levels in the report's. Called with st.mu
+// held.
+func (st *stream) charge(b *sub, allowed uint64) {
+	hits := int64(min(allowed, maxReported))
+	for _, sl := range b.lv {
+		sl.owed = min(sl.owed+hits, maxReported)
+		if sl.round != st.reports {
+			sl.round = st.reports
+			st.touched = append(st.touched, sl)
+		}
+	}
+}
+
+// chargeAndRoom charges, in one store call, what the stream's Envoy
+// allowed on the report's levels (and what a failed call left owed):
+// usage, which RLS calls on the same buckets then see. It reports false
+// if the store failed: the charges are owed again, for the next report.
+func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now time.Time) bool {
+	st.mu.Lock()
+	calls := st.calls[:0]
+	for _, sl := range levels {
+		if sl.owed > 0 {
+			calls = append(calls, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true})
+			sl.owed = 0
+		}
+	}
+	calls = append(calls, st.orphans...)
+	st.orphans = st.orphans[:0]
+	st.calls = calls
+	st.mu.Unlock()
+	if len(calls) == 0 {
+		return true
+	}
+	st.results = slices.Grow(st.results[:0], len(calls))[:len(calls)]
+	err := st.svc.opts.Store.Apply(ctx, now, calls, st.results)
+	if err == nil {
+		return true
+	}
+	st.svc.log.Warn("rlqs: charging reported usage failed; it is charged with the next report", "err", err)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, c := range calls {
+		if sl := st.levels[c.Key]; sl != nil {
+			sl.owed = min(sl.owed+c.Hits, maxReported)
+		} else {
+			st.orphans = append(st.orphans, c)
+		}
+	}
+	return false
+}
+
+// entries are what the stream publishes for levels, in their order: on
+// each, its demand (every bucket of it there, capped by their shares
+// below) and when it last saw a request; then this replica's RLS calls
+// there.
+func (st *stream) entries(levels []*streamLevel, now time.Time) []Entry {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := slices.Grow(st.entryBuf[:0], 2*len(levels))
+	for _, sl := range levels {
+		e := Entry{Level: sl.key, Instance: st.instance, Rate: sl.rate}
+		for _, ls := range sl.subs {
+			e.Demand += ls.b.cappedDemand(ls.i)
+			e.Active = max(e.Active, ls.b.active.UnixMicro())
+		}
+		out = append(out, e)
+	}
+	for _, sl := range levels {
+		if sl.usage == nil {
+			continue
+		}
+		if rate, last := sl.usage.perSecond(now); rate > 0 || !last.IsZero() {
+			out = append(out, Entry{Level: sl.key, Instance: st.rlsInstance, Rate: sl.rate, Demand: rate, Active: last.UnixMicro()})
+		}
+	}
+	st.entryBuf = out
+	return out
+}
+
+// divide divides the stream's part of each level among its buckets
+// there. Called with st.mu held.
+func (st *stream) divide(levels []*streamLevel) {
+	for _, sl := range levels {
+		if len(sl.subs) == 1 {
+			ls := sl.subs[0]
+			ls.b.share[ls.i] = sl.mine
+			continue
+		}
+		demands := make([]float64, len(sl.subs))
+		for j, ls := range sl.subs {
+			demands[j] = ls.b.cappedDemand(ls.i)
+		}
+		shares := make([]float64, len(sl.subs))
+		Divide(sl.mine, demands, shares)
+		left := sl.mine
+		for _, s := range shares {
+			left -= s
+		}
+		for j, ls := range sl.subs {
+			// What the demands leave (their floor raised the stream's part)
+			// goes to the buckets evenly.
+			ls.b.share[ls.i] = shares[j] + math.Max(left, 0)/float64(len(sl.subs))
+		}
+	}
+}
