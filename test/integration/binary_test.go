@@ -32,16 +32,31 @@ type process struct {
 	cmd                *exec.Cmd
 	out                *binarytest.Output
 	grpcAddr, httpAddr string
+	adminAddr          string // "" when off
 }
 
+// startBinary starts the binary with the repository's default config, no
+// admin port, and args after those (a later flag wins).
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{
-		out:      &binarytest.Output{},
-		grpcAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
-		httpAddr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+	return launch(t, "", "", append([]string{"-config", "../../config"}, args...)...)
+}
+
+// launch starts the binary serving gRPC on grpcAddr (a free loopback port
+// if ""), HTTP on a free port and the admin endpoints on adminAddr (none if
+// ""), with args after those, and waits until it listens.
+func launch(t *testing.T, grpcAddr, adminAddr string, args ...string) *process {
+	t.Helper()
+	if grpcAddr == "" {
+		grpcAddr = "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
 	}
-	p.cmd = exec.Command(envoyRLS(t), append([]string{"-config", "../../config", "-grpc-addr", p.grpcAddr, "-http-addr", p.httpAddr, "-admin-addr", ""}, args...)...)
+	p := &process{
+		out:       &binarytest.Output{},
+		grpcAddr:  grpcAddr,
+		httpAddr:  "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)),
+		adminAddr: adminAddr,
+	}
+	p.cmd = exec.Command(envoyRLS(t), append([]string{"-grpc-addr", p.grpcAddr, "-http-addr", p.httpAddr, "-admin-addr", adminAddr}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -59,9 +74,26 @@ func startBinary(t *testing.T, args ...string) *process {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("envoy-rls did not listen within 10s; output:\n%s", p.out)
+			t.Fatalf("envoy-rls did not listen on %s within 10s; output:\n%s", p.grpcAddr, p.out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for the exit, failing the test on an
+// error exit or one later than 10 s.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v; output:\n%s", err, p.out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("envoy-rls did not exit within 10s of SIGTERM; output:\n%s", p.out)
 	}
 }
 
@@ -125,17 +157,7 @@ func TestStartsWithoutRedis(t *testing.T) {
 		t.Fatalf("/readyz with Redis up: %d, want 200", code)
 	}
 
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v; output:\n%s", err, p.out)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("envoy-rls did not exit within 10s of SIGTERM")
-	}
+	p.stop(t)
 }
 
 // quietRedis drops go-redis's own log lines (a refused dial per call while

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
+	"io"
 	"math"
-	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,28 +20,25 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/rlqsclient"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
-// These tests run emulated Envoys (internal/rlqsclient) in real time
-// against in-process replicas of the service, each with its own store
-// connection, an RLS and an RLQS service over that store, served on a
-// loopback gRPC port as the binary serves them.
+// These tests run emulated Envoys (internal/rlqsclient) and RLS callers
+// in real time against the envoy-rls binary, started as a user starts it:
+// its default flags, but for the store and mode each test names.
 
 // rlqsConfig is the limit the RLQS tests divide: one user's 100 a second.
+// It also holds a shared limit of 60/s, api=shared.
 const rlqsConfig = `
 domain: edge
 descriptors:
   - key: user
     rate_limit: {unit: second, requests_per_unit: 100}
+  - key: api
+    value: shared
+    rate_limit: {unit: second, requests_per_unit: 60}
 `
 
 const (
@@ -55,142 +54,121 @@ const (
 	rlqsSpan = 6 * time.Second
 )
 
-var rlqsAlice = map[string]string{"user": "alice"}
+var (
+	rlqsAlice  = map[string]string{"user": "alice"}
+	rlqsShared = map[string]string{"api": "shared"}
+)
 
 // rlqsBackend says where a replica keeps its buckets and subscribers:
-// connect returns nil for the memory store (and a registry in process),
-// else a Redis's options, started for the test.
+// args returns the flags that choose it, starting what it needs for the
+// test (the same servers for every replica of one call).
 type rlqsBackend struct {
-	name    string
-	connect func(t *testing.T) *redis.ClientOptions
+	name string
+	args func(t *testing.T) []string
 }
 
 var (
-	rlqsMemory  = rlqsBackend{"Memory", func(*testing.T) *redis.ClientOptions { return nil }}
-	rlqsSingle  = rlqsBackend{"Single", func(t *testing.T) *redis.ClientOptions { return &redis.ClientOptions{URL: redistest.Start(t).URL()} }}
-	rlqsCluster = rlqsBackend{"Cluster", func(t *testing.T) *redis.ClientOptions {
-		return &redis.ClientOptions{URL: redistest.StartCluster(t).URL(), Cluster: true}
+	rlqsMemory = rlqsBackend{"Memory", func(*testing.T) []string { return nil }}
+	rlqsSingle = rlqsBackend{"Single", func(t *testing.T) []string {
+		return []string{"-store", "redis", "-redis-url", redistest.Start(t).URL()}
+	}}
+	rlqsLocalFirst = rlqsBackend{"LocalFirst", func(t *testing.T) []string {
+		return []string{"-store", "redis", "-redis-url", redistest.Start(t).URL(), "-sync-interval", "1s"}
+	}}
+	rlqsCluster = rlqsBackend{"Cluster", func(t *testing.T) []string {
+		return []string{"-store", "redis", "-redis-url", redistest.StartCluster(t).URL(), "-redis-cluster"}
 	}}
 )
 
-// quotaCounts counts what a replica's RLQS service did (its Observer).
-type quotaCounts struct {
-	reports, failures, changed, renewed, abandons atomic.Int64
-}
-
-func (c *quotaCounts) Report(int) { c.reports.Add(1) }
-func (c *quotaCounts) Failed()    { c.failures.Add(1) }
-func (c *quotaCounts) Assigned(kind string, changed bool) {
-	switch {
-	case kind == "abandon":
-		c.abandons.Add(1)
-	case changed:
-		c.changed.Add(1)
-	default:
-		c.renewed.Add(1)
-	}
-}
-
-func (c *quotaCounts) String() string {
-	return fmt.Sprintf("reports %d, store or registry failures %d, assignments changed %d, renewed %d, abandons %d",
-		c.reports.Load(), c.failures.Load(), c.changed.Load(), c.renewed.Load(), c.abandons.Load())
-}
-
-// quotaReplica is one replica serving RLS and RLQS over one store
-// connection, as the binary does.
+// quotaReplica is the binary serving RLS and RLQS, with its admin port.
 type quotaReplica struct {
-	name   string
-	addr   string
-	quotas *rlqs.Service
-	counts *quotaCounts
-	stop   func()
+	name string
+	*process
 }
 
-// storeCloser is a store the replica closes when it stops.
-type storeCloser interface {
-	rls.Store
-	rlqs.Store
-	Close() error
-}
-
-// startQuotaReplica starts a replica listening on addr ("" for a free
-// loopback port), on the memory store when connect is nil, else on its
-// own connection to that Redis. tune sets more of the RLQS options.
-func startQuotaReplica(t *testing.T, name string, connect *redis.ClientOptions, addr string, tune func(*rlqs.Options)) *quotaReplica {
+// writeRLQSConfig writes rlqsConfig to a directory of the test's, for
+// -config.
+func writeRLQSConfig(t *testing.T) string {
 	t.Helper()
-	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "rlqs.yaml", Data: []byte(rlqsConfig)})
-	if err != nil {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rlqs.yaml"), []byte(rlqsConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	var st storeCloser
-	var registry rlqs.Registry
-	if connect == nil {
-		m, err := memory.New(memory.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, registry = m, rlqs.NewMemoryRegistry(rlqs.DefaultDivideEvery)
-	} else {
-		c := *connect
-		r, err := redis.New(redis.Options{Connect: &c, Logger: log, Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, registry = r, rlqs.RedisRegistry(r)
-	}
-	usage := &rlqs.Usage{}
-	counts := &quotaCounts{}
-	qopts := rlqs.Options{Store: st, Registry: registry, Config: func() *descriptors.Config { return cfg },
-		Usage: usage, Logger: log, Observer: counts}
-	if tune != nil {
-		tune(&qopts)
-	}
-	quotas, err := rlqs.New(qopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := rls.New(rls.Options{Store: st, Config: cfg, Logger: log, Demand: usage, Quotas: quotas})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := rls.NewGRPCServer(svc, quotas, health.NewServer(), log)
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	var lis net.Listener
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if lis, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica %s cannot listen on %s: %v", name, addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	go g.Serve(lis)
-	var once sync.Once
-	r := &quotaReplica{name: name, addr: lis.Addr().String(), quotas: quotas, counts: counts, stop: func() {
-		once.Do(func() {
-			// As the binary shuts down: the streams end (Envoys keep their
-			// assignments until their TTL), then the server and the store.
-			quotas.Close()
-			g.Stop()
-			st.Close()
-		})
-	}}
-	t.Cleanup(r.stop)
-	return r
+	return dir
 }
 
-// subscribers is what the replica shows of its streams reporting alice's
-// bucket (GET /buckets): their demands, shares and assignments.
-func (r *quotaReplica) subscribers() string {
-	b, err := json.Marshal(r.quotas.Bucket("edge", rlqsAlice, true))
+// startQuotaReplica starts the binary on rlqsConfig, serving gRPC on addr
+// ("" for a free loopback port), with store (a backend's flags) and more
+// flags after.
+func startQuotaReplica(t *testing.T, name string, store []string, addr string, more ...string) *quotaReplica {
+	t.Helper()
+	admin := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
+	args := append(append([]string{"-config", writeRLQSConfig(t)}, store...), more...)
+	return &quotaReplica{name: name, process: launch(t, addr, admin, args...)}
+}
+
+// get answers GET of an admin path as text.
+func (r *quotaReplica) get(path string) (string, error) {
+	resp, err := http.Get("http://" + r.adminAddr + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return string(b), err
+}
+
+// subscribers is what the replica shows of alice's bucket (GET /buckets,
+// every subscriber): its levels' division, and its streams' demands,
+// shares and assignments.
+func (r *quotaReplica) subscribers() string { return r.bucket("user=alice") }
+
+// bucket is GET /buckets of an RLQS bucket written k=v,..., every
+// subscriber.
+func (r *quotaReplica) bucket(pairs string) string {
+	out, err := r.get("/buckets?domain=edge&bucket=" + pairs + "&subscribers=all")
 	if err != nil {
 		return err.Error()
 	}
-	return string(b)
+	return out
+}
+
+// streams is how many of the replica's streams report alice's bucket.
+func (r *quotaReplica) streams(t *testing.T) int {
+	t.Helper()
+	out, err := r.get("/buckets?domain=edge&bucket=user=alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Subscribers struct {
+			Streams *int `json:"streams_here"`
+		} `json:"subscribers"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Subscribers.Streams == nil {
+		t.Fatalf("GET /buckets of alice's bucket: %v\n%s", err, out)
+	}
+	return *v.Subscribers.Streams
+}
+
+// counts is what the replica's metrics say of RLQS.
+func (r *quotaReplica) counts() string {
+	resp, err := http.Get("http://" + r.httpAddr + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "envoy_rls_rlqs_") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // allowedCounter is one part of a limit's traffic: what it was allowed so
@@ -278,13 +256,21 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// startEnvoy starts an Envoy on replica r wanting want requests a second.
+// startEnvoy starts an Envoy on replica r wanting want requests a second
+// of alice's bucket.
 func startEnvoy(t *testing.T, name string, r *quotaReplica, want float64) *rlqsEnvoy {
 	t.Helper()
-	conn := dial(t, r.addr)
+	return startEnvoyOn(t, name, r, want, rlqsAlice)
+}
+
+// startEnvoyOn starts an Envoy on replica r wanting want requests a second
+// of bucket.
+func startEnvoyOn(t *testing.T, name string, r *quotaReplica, want float64, bucket map[string]string) *rlqsEnvoy {
+	t.Helper()
+	conn := dial(t, r.grpcAddr)
 	e := &rlqsEnvoy{name: name, want: want}
 	e.inst = rlqsclient.Start(context.Background(), conn, rlqsclient.Options{Domain: "edge", ReportInterval: rlqsInterval})
-	e.start(want, func() bool { return e.inst.Request(rlqsAlice) })
+	e.start(want, func() bool { return e.inst.Request(bucket) })
 	t.Cleanup(func() {
 		e.halt()
 		e.inst.Close()
@@ -336,9 +322,15 @@ func (c *rlsCaller) allowedSoFar() int64 { return c.allowed.Load() }
 
 func startRLSCaller(t *testing.T, r *quotaReplica, rate float64) *rlsCaller {
 	t.Helper()
-	client := rlsv3.NewRateLimitServiceClient(dial(t, r.addr))
+	return startRLSCallerOn(t, r, rate, "user", "alice")
+}
+
+// startRLSCallerOn calls for [key=value] at rate.
+func startRLSCallerOn(t *testing.T, r *quotaReplica, rate float64, key, value string) *rlsCaller {
+	t.Helper()
+	client := rlsv3.NewRateLimitServiceClient(dial(t, r.grpcAddr))
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}}}
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}}
 	c := &rlsCaller{}
 	c.start(rate, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -383,6 +375,12 @@ func skipShort(t *testing.T) {
 // It reports whether they held.
 func checkFair(t *testing.T, parts []allowedCounter, rates, fair []float64) bool {
 	t.Helper()
+	return checkFairOf(t, rlqsLimit, parts, rates, fair)
+}
+
+// checkFairOf is checkFair for a limit of limit requests a second.
+func checkFairOf(t *testing.T, limit float64, parts []allowedCounter, rates, fair []float64) bool {
+	t.Helper()
 	ok := true
 	total := 0.0
 	for i, p := range parts {
@@ -393,9 +391,9 @@ func checkFair(t *testing.T, parts []allowedCounter, rates, fair []float64) bool
 			ok = false
 		}
 	}
-	t.Logf("together: %.1f/s of a limit of %v/s", total, rlqsLimit)
-	if math.Abs(total-rlqsLimit) > 0.1*rlqsLimit {
-		t.Errorf("together allowed %.1f/s, not within 10%% of the limit of %v/s", total, rlqsLimit)
+	t.Logf("together: %.1f/s of a limit of %v/s", total, limit)
+	if math.Abs(total-limit) > 0.1*limit {
+		t.Errorf("together allowed %.1f/s, not within 10%% of the limit of %v/s", total, limit)
 		ok = false
 	}
 	return ok
@@ -421,7 +419,7 @@ func explain(t *testing.T, replicas []*quotaReplica, envoys []*rlqsEnvoy) {
 		t.Log(e.describe())
 	}
 	for _, r := range replicas {
-		t.Logf("replica %s: %s; its subscribers of alice's bucket: %s", r.name, r.counts, r.subscribers())
+		t.Logf("replica %s: %s; its subscribers of alice's bucket: %s", r.name, r.counts(), r.subscribers())
 	}
 }
 
@@ -431,10 +429,10 @@ func explain(t *testing.T, replicas []*quotaReplica, envoys []*rlqsEnvoy) {
 // its fair share, and no Envoy is sent an action it would drop or misread.
 func TestRLQSUnequalDemand(t *testing.T) {
 	skipShort(t)
-	for _, b := range []rlqsBackend{rlqsMemory, rlqsSingle, rlqsCluster} {
+	for _, b := range []rlqsBackend{rlqsMemory, rlqsSingle, rlqsLocalFirst, rlqsCluster} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // the backends at once: each has its own replicas and Envoys
-			r := startQuotaReplica(t, "A", b.connect(t), "", nil)
+			r := startQuotaReplica(t, "A", b.args(t), "")
 			wants, fair := []float64{10, 30, 150, 200}, []float64{10, 30, 30, 30}
 			var envoys []*rlqsEnvoy
 			var parts []allowedCounter
@@ -457,11 +455,11 @@ func TestRLQSUnequalDemand(t *testing.T) {
 // global, with the same bounds.
 func TestRLQSReplicasShareALimit(t *testing.T) {
 	skipShort(t)
-	for _, b := range []rlqsBackend{rlqsSingle, rlqsCluster} {
+	for _, b := range []rlqsBackend{rlqsSingle, rlqsLocalFirst, rlqsCluster} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // the backends at once: each has its own replicas and Envoys
-			connect := b.connect(t)
-			replicas := []*quotaReplica{startQuotaReplica(t, "A", connect, "", nil), startQuotaReplica(t, "B", connect, "", nil)}
+			store := b.args(t)
+			replicas := []*quotaReplica{startQuotaReplica(t, "A", store, ""), startQuotaReplica(t, "B", store, "")}
 			wants, fair := []float64{10, 30, 150, 200}, []float64{10, 30, 30, 30}
 			var envoys []*rlqsEnvoy
 			var parts []allowedCounter
@@ -485,7 +483,7 @@ func TestRLQSReplicasShareALimit(t *testing.T) {
 // all of it within a few report intervals.
 func TestRLQSInstanceLeaves(t *testing.T) {
 	skipShort(t)
-	r := startQuotaReplica(t, "A", nil, "", nil)
+	r := startQuotaReplica(t, "A", nil, "")
 	a, b := startEnvoy(t, "Envoy a", r, 200), startEnvoy(t, "Envoy b", r, 200)
 	envoys := []*rlqsEnvoy{a, b}
 	time.Sleep(rlqsWarmUp)
@@ -511,28 +509,55 @@ func TestRLQSInstanceLeaves(t *testing.T) {
 	checkNoMisreads(t, a, b)
 }
 
-// TestRLQSAndRLSShareALimit: an RLS caller wanting 60/s and two Envoys each
-// wanting 100/s on alice's 100/s: the RLS calls take their part of the
-// division as a subscriber, so together they are within 10% of the
-// limit, each at least 80% of a third.
+// TestRLQSAndRLSShareALimit: two Envoys each offering 60/s and an RLS
+// caller offering 30/s on one limit of 60/s (api=shared), on the binary
+// with its default flags (the over-limit cache on, on Redis): the RLS
+// calls take their part of the division whatever answers them, so they
+// get at least 80% of a fair third, and together all are within 10% of
+// the limit, on every store and mode.
 func TestRLQSAndRLSShareALimit(t *testing.T) {
 	skipShort(t)
-	for _, b := range []rlqsBackend{rlqsMemory, rlqsSingle} {
+	for _, b := range []rlqsBackend{rlqsMemory, rlqsSingle, rlqsLocalFirst, rlqsCluster} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel() // the backends at once: each has its own replicas and Envoys
-			r := startQuotaReplica(t, "A", b.connect(t), "", nil)
-			e0, e1 := startEnvoy(t, "Envoy 0", r, 100), startEnvoy(t, "Envoy 1", r, 100)
-			caller := startRLSCaller(t, r, 60)
+			r := startQuotaReplica(t, "A", b.args(t), "")
+			e0, e1 := startEnvoyOn(t, "Envoy 0", r, 60, rlqsShared), startEnvoyOn(t, "Envoy 1", r, 60, rlqsShared)
+			caller := startRLSCallerOn(t, r, 30, "api", "shared")
+			parts := []allowedCounter{e0, e1, caller}
+			time.Sleep(rlqsWarmUp)
+			rates := measure(rlqsSpan, parts...)
+			if !checkFairOf(t, 60, parts, rates, []float64{20, 20, 20}) {
+				t.Logf("RLS calls: %d sent, %d failed", caller.sent.Load(), caller.errors.Load())
+				t.Logf("the shared bucket: %s", r.bucket("api=shared"))
+				explain(t, []*quotaReplica{r}, []*rlqsEnvoy{e0, e1})
+			}
+			if n := caller.errors.Load(); n > 0 {
+				t.Errorf("%d RLS calls failed", n)
+			}
+			checkNoMisreads(t, e0, e1)
+		})
+	}
+}
+
+// TestRLQSAndRLSShareALimitAcrossReplicas: the same on two replicas of
+// one Redis, the RLS caller on one and an Envoy on each: the RLS calls of
+// one replica count in the division of the other.
+func TestRLQSAndRLSShareALimitAcrossReplicas(t *testing.T) {
+	skipShort(t)
+	for _, b := range []rlqsBackend{rlqsSingle, rlqsLocalFirst, rlqsCluster} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			store := b.args(t)
+			ra, rb := startQuotaReplica(t, "A", store, ""), startQuotaReplica(t, "B", store, "")
+			e0, e1 := startEnvoy(t, "Envoy 0 on A", ra, 100), startEnvoy(t, "Envoy 1 on B", rb, 100)
+			caller := startRLSCaller(t, ra, 60)
 			parts := []allowedCounter{e0, e1, caller}
 			time.Sleep(rlqsWarmUp)
 			rates := measure(rlqsSpan, parts...)
 			third := rlqsLimit / 3
 			if !checkFair(t, parts, rates, []float64{third, third, third}) {
 				t.Logf("RLS calls: %d sent, %d failed", caller.sent.Load(), caller.errors.Load())
-				explain(t, []*quotaReplica{r}, []*rlqsEnvoy{e0, e1})
-			}
-			if n := caller.errors.Load(); n > 0 {
-				t.Errorf("%d RLS calls failed", n)
+				explain(t, []*quotaReplica{ra, rb}, []*rlqsEnvoy{e0, e1})
 			}
 			checkNoMisreads(t, e0, e1)
 		})
@@ -546,7 +571,7 @@ func TestRLQSAndRLSShareALimit(t *testing.T) {
 func TestRLQSAbandon(t *testing.T) {
 	skipShort(t)
 	const abandonAfter = 3 * time.Second
-	r := startQuotaReplica(t, "A", nil, "", func(o *rlqs.Options) { o.AbandonAfter = abandonAfter })
+	r := startQuotaReplica(t, "A", nil, "", "-rlqs-abandon-after", abandonAfter.String())
 	e := startEnvoy(t, "Envoy", r, 50)
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -580,9 +605,8 @@ func TestRLQSAbandon(t *testing.T) {
 	if _, ok := e.inst.Assignment(rlqsAlice); ok {
 		fail("the Envoy still caches alice's bucket after its abandon")
 	}
-	if v := r.quotas.Bucket("edge", rlqsAlice, true); v.Streams != 0 {
-		got := r.subscribers()
-		fail("the service still has subscribers of the abandoned bucket: %s", got)
+	if r.streams(t) != 0 {
+		fail("the service still has subscribers of the abandoned bucket: %s", r.subscribers())
 	}
 
 	e.setRate(50)
@@ -607,8 +631,8 @@ func TestRLQSAbandon(t *testing.T) {
 // get assignments again, and after a few intervals the limit holds again.
 func TestRLQSReplicaRestart(t *testing.T) {
 	skipShort(t)
-	connect := rlqsSingle.connect(t)
-	a := startQuotaReplica(t, "A", connect, "", nil)
+	store := rlqsSingle.args(t)
+	a := startQuotaReplica(t, "A", store, "")
 	wants := []float64{10, 150, 200}
 	var envoys []*rlqsEnvoy
 	var parts []allowedCounter
@@ -619,14 +643,14 @@ func TestRLQSReplicaRestart(t *testing.T) {
 	fair := []float64{10, 45, 45}
 	time.Sleep(rlqsWarmUp)
 
-	a.stop()
+	a.stop(t)
 	stopped := time.Now()
 	// Responses counted from now on come from the new replica.
 	responses := make([]int, len(envoys))
 	for i, e := range envoys {
 		responses[i] = e.inst.Stats().ResponsesReceived
 	}
-	b := startQuotaReplica(t, "B", connect, a.addr, nil)
+	b := startQuotaReplica(t, "B", store, a.grpcAddr)
 	replicas := []*quotaReplica{b}
 	for i, e := range envoys {
 		for {
