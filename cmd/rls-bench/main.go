@@ -76,7 +76,8 @@ func usage(w io.Writer) {
   rls-bench load [flags]          drive an RLS v3 server and report req/s, latency and codes
   rls-bench rlqs [flags]          emulate Envoys reporting their RLQS buckets every interval; report
                                   bucket reports/s, answer latency and, with -pid and -redis, the cost
-  rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once (the gRPC-only ceiling)
+  rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once, and RLQS answering every bucket
+                                  with one token bucket at once (the gRPC-only ceilings)
   rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC and count their spans (to measure tracing)
   rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency, from load runs (scripts/plot-concurrency.sh)
   rls-bench bars -in TSV [-o SVG] draw the median req/s of each target on each workload as bars (scripts/bench.sh's runs)

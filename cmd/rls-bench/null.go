@@ -11,9 +11,12 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/envoy-rls/envoy-rls/internal/rawgrpc"
 )
 
 // nullServer answers OK at once: what is left of a request's cost is gRPC's.
+// It serves RLQS too (nullrlqs.go).
 type nullServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 }
@@ -51,8 +54,9 @@ func runNull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if _, ok := os.LookupEnv("GOGC"); !ok {
 		debug.SetGCPercent(serviceGCPercent)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(rawgrpc.ServerOption())
 	rlsv3.RegisterRateLimitServiceServer(srv, nullServer{})
+	registerNullRLQS(srv)
 	// Print the real address, so "-listen 127.0.0.1:0" is usable by scripts.
 	fmt.Fprintf(stdout, "listening on %s\n", lis.Addr())
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpctest"
+	"github.com/envoy-rls/envoy-rls/internal/rawgrpc"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
@@ -177,5 +178,26 @@ func TestRLQSInterruptedWarmup(t *testing.T) {
 	code := runContext(ctx, []string{"rlqs", "-target", addr, "-instances", "2", "-buckets", "2", "-interval", "20ms", "-warmup", "10s"}, &stdout, &stderr)
 	if code != exitError || time.Since(start) > 3*time.Second || !strings.Contains(stderr.String(), "context deadline exceeded") {
 		t.Errorf("exit %d after %v, stderr %q; want 1 at once", code, time.Since(start), stderr.String())
+	}
+}
+
+// TestRLQSAgainstNull: the null server answers every bucket of every
+// report with a token bucket, at once, on each Envoy's stream.
+func TestRLQSAgainstNull(t *testing.T) {
+	addr := grpctest.Serve(t, registerNullRLQS, rawgrpc.ServerOption())
+	var stdout, stderr strings.Builder
+	args := []string{"rlqs", "-target", addr, "-instances", "3", "-buckets", "5", "-interval", "50ms", "-warmup", "100ms",
+		"-duration", "300ms", "-format", "json"}
+	if code := run(args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("rlqs exited %d; stderr:\n%s", code, stderr.String())
+	}
+	var j rlqsJSON
+	if err := json.Unmarshal([]byte(stdout.String()), &j); err != nil {
+		t.Fatalf("parsing %q: %v", stdout.String(), err)
+	}
+	if j.Messages == 0 || j.Answered != j.Messages || j.ShortAnswers != 0 || j.UnknownActions != 0 || j.StreamErrors != 0 ||
+		j.Actions[kindTokenBucket] != 5*j.Answered || len(j.Actions) != 1 {
+		t.Fatalf("answered %d of %d, short %d, unknown %d, stream errors %d (%s), actions %v", j.Answered, j.Messages,
+			j.ShortAnswers, j.UnknownActions, j.StreamErrors, j.FirstError, j.Actions)
 	}
 }

@@ -17,8 +17,13 @@ func (st *stream) answer(ctx context.Context, batch []*sub, levels []*streamLeve
 	svc := st.svc
 	ctx, cancel := context.WithTimeout(ctx, st.budget())
 	defer cancel()
-	ok := st.chargeAndRoom(ctx, levels, now)
-	entries := st.entries(levels, now)
+	sc := svc.scratch.Get().(*scratch)
+	defer func() {
+		sc.release()
+		svc.scratch.Put(sc)
+	}()
+	ok := st.chargeAndRoom(ctx, levels, now, sc)
+	entries := st.entries(levels, now, sc)
 	if ok {
 		err := svc.opts.Registry.Publish(ctx, now, st.entryTTL(), entries)
 		ok = err == nil
@@ -83,16 +88,16 @@ func (st *stream) assign(b *sub) Assignment {
 	ttl := st.ttl()
 	limited := false
 	share, burst, slowest := math.Inf(1), int64(math.MaxInt64), math.Inf(1)
-	for i, l := range b.levels {
-		lv := b.lv[i]
+	for _, l := range b.levels {
+		lv := l.sl
 		if l.Rule.Shadow {
 			continue
 		}
 		limited = true
-		share = math.Min(share, b.share[i])
+		share = math.Min(share, l.share)
 		slowest = math.Min(slowest, lv.rate)
 		var part [1]int64
-		Split(lv.size, lv.rate, b.share[i:i+1], part[:])
+		Split(lv.size, lv.rate, []float64{l.share}, part[:])
 		burst = min(burst, part[0])
 	}
 	switch {
@@ -113,8 +118,8 @@ func (st *stream) assign(b *sub) Assignment {
 // drops it from the stream if so. Called with st.mu held.
 func (st *stream) abandoned(b *sub, now time.Time) bool {
 	last := b.active
-	if n := len(b.lv); n > 0 && b.lv[n-1].latest > 0 {
-		if t := time.UnixMicro(b.lv[n-1].latest); t.After(last) {
+	if n := len(b.levels); n > 0 && b.levels[n-1].sl.latest > 0 {
+		if t := time.UnixMicro(b.levels[n-1].sl.latest); t.After(last) {
 			last = t
 		}
 	}

@@ -11,7 +11,7 @@ import (
 // the other replicas' records, and the last division.
 type levelState struct {
 	rate float64
-	subs map[string]*held // this replica's subscribers, by instance
+	subs holders // this replica's subscribers
 
 	others      []Group // the other replicas' subscribers, as their records group them
 	othersCount float64
@@ -37,9 +37,10 @@ type levelState struct {
 
 // held is one subscriber of a level here.
 type held struct {
-	demand float64
-	active int64 // Unix microseconds
-	until  int64 // Unix nanoseconds
+	instance string
+	demand   float64
+	active   int64 // Unix microseconds
+	until    int64 // Unix nanoseconds
 	// counted is the demand the last division counted it at (its idle
 	// floor applied); +Inf if it came since, counted as wanting all.
 	counted float64
@@ -71,7 +72,7 @@ type Division struct {
 }
 
 func newLevelState() *levelState {
-	return &levelState{subs: map[string]*held{}, expires: math.MaxInt64}
+	return &levelState{expires: math.MaxInt64}
 }
 
 // stale reports whether the division needs working out anew at now:
@@ -86,10 +87,10 @@ func (lv *levelState) put(e *Entry, until int64) (joined bool) {
 	if lv.rate != e.Rate {
 		lv.rate, lv.dirty = e.Rate, true
 	}
-	h := lv.subs[e.Instance]
+	h := lv.subs.get(e.Instance)
 	if h == nil {
-		h = &held{counted: unknown}
-		lv.subs[e.Instance] = h
+		h = &held{instance: e.Instance, counted: unknown}
+		lv.subs.add(h)
 		lv.join()
 		joined = true
 	}
@@ -124,20 +125,19 @@ func (lv *levelState) divide(now time.Time) {
 	at := now.UnixNano()
 	latest := lv.othersAct
 	lv.expires = math.MaxInt64
-	for inst, h := range lv.subs {
+	lv.subs.keep(func(h *held) bool {
 		if at > h.until {
-			h.gone = true
-			delete(lv.subs, inst)
-			continue
+			return false
 		}
 		latest = max(latest, h.active)
 		lv.expires = min(lv.expires, h.until)
-	}
-	n := float64(len(lv.subs)) + lv.othersCount
+		return true
+	})
+	n := float64(lv.subs.len()) + lv.othersCount
 	lv.floor = lv.rate * idleShare / max(n, 1)
 	pts := lv.sorted[:0]
 	d := Division{Rate: lv.rate, Subscribers: int(n), Replicas: lv.othersN + 1, At: now}
-	for _, h := range lv.subs {
+	for _, h := range lv.subs.list {
 		h.counted = math.Max(want(h.demand), lv.floor)
 		pts = append(pts, point{h.counted, 1})
 		d.add(h.demand, 1)
@@ -230,4 +230,75 @@ func (lv *levelState) setOthers(recs []Record) {
 	}
 	lv.latest = max(lv.latest, lv.othersAct)
 	lv.dirty = true
+}
+
+// holders are a level's subscribers here: a short list, indexed by a map
+// only once it is long (most levels have a few subscribers on a replica,
+// and a map of one costs more than the list).
+type holders struct {
+	list  []*held
+	index map[string]int // instance to position, once the list is long
+}
+
+// indexFrom is the length from which holders keep an index.
+const indexFrom = 8
+
+func (hs *holders) len() int { return len(hs.list) }
+
+// get returns the subscriber of instance, or nil.
+func (hs *holders) get(instance string) *held {
+	if hs.index != nil {
+		if i, ok := hs.index[instance]; ok {
+			return hs.list[i]
+		}
+		return nil
+	}
+	for _, h := range hs.list {
+		if h.instance == instance {
+			return h
+		}
+	}
+	return nil
+}
+
+// add adds h, whose instance is not there.
+func (hs *holders) add(h *held) {
+	hs.list = append(hs.list, h)
+	switch {
+	case hs.index != nil:
+		hs.index[h.instance] = len(hs.list) - 1
+	case len(hs.list) > indexFrom:
+		hs.reindex()
+	}
+}
+
+// keep keeps the subscribers for which f is true, and marks the others
+// gone.
+func (hs *holders) keep(f func(h *held) bool) {
+	n := 0
+	for _, h := range hs.list {
+		if f(h) {
+			hs.list[n] = h
+			n++
+		} else {
+			h.gone = true
+		}
+	}
+	if n == len(hs.list) {
+		return
+	}
+	clear(hs.list[n:])
+	hs.list = hs.list[:n]
+	hs.reindex()
+}
+
+func (hs *holders) reindex() {
+	if len(hs.list) <= indexFrom {
+		hs.index = nil
+		return
+	}
+	hs.index = make(map[string]int, len(hs.list))
+	for i, h := range hs.list {
+		hs.index[h.instance] = i
+	}
 }

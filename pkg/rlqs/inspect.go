@@ -120,8 +120,8 @@ func (s *Service) levelsOf(domain string, bucket map[string]string) []string {
 	if cfg == nil {
 		return nil
 	}
-	b := &sub{pairs: bucket}
-	b.resolve(cfg, domain)
+	b := &sub{}
+	b.resolve(cfg, domain, bucket)
 	keys := make([]string, len(b.levels))
 	for i, l := range b.levels {
 		keys[i] = l.Key
@@ -136,8 +136,8 @@ func subscriberOf(st *stream, b *sub) Subscriber {
 	if d := b.demand(); !math.IsInf(d, 0) {
 		v.Demand = &d
 	}
-	for i, l := range b.levels {
-		v.Levels = append(v.Levels, LevelShare{Key: l.Key, Share: math.Max(b.share[i], 0)})
+	for _, l := range b.levels {
+		v.Levels = append(v.Levels, LevelShare{Key: l.Key, Share: math.Max(l.share, 0)})
 	}
 	if !b.sentAt.IsZero() {
 		v.SentAt = b.sentAt.UTC().Format(time.RFC3339Nano)

@@ -43,7 +43,6 @@ type levelSub struct {
 // watch notes b's levels as the stream's, and has RLS calls on them
 // counted from now. Called with st.mu held.
 func (st *stream) watch(b *sub, now time.Time) {
-	b.lv = make([]*streamLevel, len(b.levels))
 	for i, l := range b.levels {
 		sl := st.levels[l.Key]
 		if sl == nil {
@@ -57,14 +56,15 @@ func (st *stream) watch(b *sub, now time.Time) {
 		// under the same key).
 		sl.limit, sl.rate, sl.size = l.Rule.Limit, l.Rule.Limit.PerSecond(), l.Rule.Limit.Size
 		sl.subs = append(sl.subs, levelSub{b, i})
-		b.lv[i] = sl
+		b.levels[i].sl = sl
 	}
 }
 
 // unwatch undoes watch. A level left with no bucket goes, and what was
 // owed there is kept for the next report's charge. Called with st.mu held.
 func (st *stream) unwatch(b *sub) {
-	for _, sl := range b.lv {
+	for _, l := range b.levels {
+		sl := l.sl
 		sl.subs = slices.DeleteFunc(sl.subs, func(ls levelSub) bool { return ls.b == b })
 		if len(sl.subs) > 0 {
 			continue
@@ -77,7 +77,6 @@ func (st *stream) unwatch(b *sub) {
 			st.orphans = append(st.orphans, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true})
 		}
 	}
-	b.lv = nil
 }
 
 // charge adds what b's Envoy allowed to what the report charges, on every
@@ -85,7 +84,8 @@ func (st *stream) unwatch(b *sub) {
 // held.
 func (st *stream) charge(b *sub, allowed uint64) {
 	hits := int64(min(allowed, maxReported))
-	for _, sl := range b.lv {
+	for _, l := range b.levels {
+		sl := l.sl
 		sl.owed = min(sl.owed+hits, maxReported)
 		if sl.round != st.reports {
 			sl.round = st.reports
@@ -98,9 +98,9 @@ func (st *stream) charge(b *sub, allowed uint64) {
 // allowed on the report's levels (and what a failed call left owed):
 // usage, which RLS calls on the same buckets then see. It reports false
 // if the store failed: the charges are owed again, for the next report.
-func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now time.Time) bool {
+func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now time.Time, sc *scratch) bool {
 	st.mu.Lock()
-	calls := st.calls[:0]
+	calls := sc.calls[:0]
 	for _, sl := range levels {
 		if sl.owed > 0 {
 			calls = append(calls, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true})
@@ -109,13 +109,13 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 	}
 	calls = append(calls, st.orphans...)
 	st.orphans = st.orphans[:0]
-	st.calls = calls
+	sc.calls = calls
 	st.mu.Unlock()
 	if len(calls) == 0 {
 		return true
 	}
-	st.results = slices.Grow(st.results[:0], len(calls))[:len(calls)]
-	err := st.svc.opts.Store.Apply(ctx, now, calls, st.results)
+	sc.results = slices.Grow(sc.results[:0], len(calls))[:len(calls)]
+	err := st.svc.opts.Store.Apply(ctx, now, calls, sc.results)
 	if err == nil {
 		return true
 	}
@@ -136,10 +136,10 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 // each, its demand (every bucket of it there, capped by their shares
 // below) and when it last saw a request; then this replica's RLS calls
 // there.
-func (st *stream) entries(levels []*streamLevel, now time.Time) []Entry {
+func (st *stream) entries(levels []*streamLevel, now time.Time, sc *scratch) []Entry {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	out := slices.Grow(st.entryBuf[:0], 2*len(levels))
+	out := slices.Grow(sc.entries[:0], 2*len(levels))
 	for _, sl := range levels {
 		e := Entry{Level: sl.key, Instance: st.instance, Rate: sl.rate}
 		for _, ls := range sl.subs {
@@ -156,7 +156,7 @@ func (st *stream) entries(levels []*streamLevel, now time.Time) []Entry {
 			out = append(out, Entry{Level: sl.key, Instance: st.rlsInstance, Rate: sl.rate, Demand: rate, Active: last.UnixMicro()})
 		}
 	}
-	st.entryBuf = out
+	sc.entries = out
 	return out
 }
 
@@ -166,7 +166,7 @@ func (st *stream) divide(levels []*streamLevel) {
 	for _, sl := range levels {
 		if len(sl.subs) == 1 {
 			ls := sl.subs[0]
-			ls.b.share[ls.i] = sl.mine
+			ls.b.levels[ls.i].share = sl.mine
 			continue
 		}
 		demands := make([]float64, len(sl.subs))
@@ -182,7 +182,25 @@ func (st *stream) divide(levels []*streamLevel) {
 		for j, ls := range sl.subs {
 			// What the demands leave (their floor raised the stream's part)
 			// goes to the buckets evenly.
-			ls.b.share[ls.i] = shares[j] + math.Max(left, 0)/float64(len(sl.subs))
+			ls.b.levels[ls.i].share = shares[j] + math.Max(left, 0)/float64(len(sl.subs))
 		}
 	}
+}
+
+// scratch is what a report's answer works in, kept for another report
+// (Service.scratch): the store call's buckets and results, the registry's
+// entries. A stream holds none between its reports, so that memory grows
+// with the reports being answered, not with the streams.
+type scratch struct {
+	calls   []limit.Bucket
+	results []limit.Result
+	entries []Entry
+}
+
+// release drops what the scratch refers to, for the pool.
+func (sc *scratch) release() {
+	clear(sc.calls)
+	clear(sc.results)
+	clear(sc.entries)
+	sc.calls, sc.results, sc.entries = sc.calls[:0], sc.results[:0], sc.entries[:0]
 }

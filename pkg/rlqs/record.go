@@ -44,7 +44,7 @@ func (lv *levelState) record(now time.Time) (*Record, time.Duration) {
 	at := now.UnixNano()
 	until := at
 	live := 0
-	for _, h := range lv.subs {
+	for _, h := range lv.subs.list {
 		if at <= h.until {
 			live++
 		}
@@ -52,7 +52,7 @@ func (lv *levelState) record(now time.Time) (*Record, time.Duration) {
 	floor := lv.rate * idleShare / max(float64(live)+lv.othersCount, 1)
 	demands := make([]float64, 0, live)
 	r := &Record{}
-	for _, h := range lv.subs {
+	for _, h := range lv.subs.list {
 		if at > h.until {
 			continue
 		}
@@ -178,7 +178,7 @@ type Share struct {
 func (lv *levelState) summary(key string, top int) LevelSummary {
 	d := lv.div
 	s := LevelSummary{Key: key, Rate: lv.rate, Subscribers: d.Subscribers, Unknown: d.Unknown, Replicas: d.Replicas,
-		Demand: d.Demand, Here: len(lv.subs), Largest: []Share{}}
+		Demand: d.Demand, Here: lv.subs.len(), Largest: []Share{}}
 	if !math.IsInf(d.Fill, 1) {
 		f := d.Fill
 		s.Fill = &f
@@ -186,8 +186,8 @@ func (lv *levelState) summary(key string, top int) LevelSummary {
 	if !d.At.IsZero() {
 		s.At = d.At.UTC().Format(time.RFC3339Nano)
 	}
-	for inst, h := range lv.subs {
-		sh := Share{Instance: inst, Share: lv.shareOf(h)}
+	for _, h := range lv.subs.list {
+		sh := Share{Instance: h.instance, Share: lv.shareOf(h)}
 		if !math.IsInf(h.demand, 1) {
 			dm := h.demand
 			sh.Demand = &dm
@@ -200,6 +200,6 @@ func (lv *levelState) summary(key string, top int) LevelSummary {
 	if top >= 0 && len(s.Largest) > top {
 		s.Largest = s.Largest[:top]
 	}
-	s.Complete = len(s.Largest) == len(lv.subs)
+	s.Complete = len(s.Largest) == lv.subs.len()
 	return s
 }

@@ -141,14 +141,14 @@ func (m *MemoryRegistry) shares(now time.Time, entries []Entry) {
 func (m *MemoryRegistry) sweep(now time.Time) {
 	at := now.UnixNano()
 	for level, lv := range m.levels {
-		for inst, h := range lv.subs {
+		lv.subs.keep(func(h *held) bool {
 			if at > h.until {
-				h.gone = true
-				delete(lv.subs, inst)
 				lv.dirty = true
+				return false
 			}
-		}
-		if len(lv.subs) == 0 {
+			return true
+		})
+		if lv.subs.len() == 0 {
 			delete(m.levels, level)
 		}
 	}
@@ -163,12 +163,14 @@ func (m *MemoryRegistry) Withdraw(_ context.Context, instance string, levels []s
 		if lv == nil {
 			continue
 		}
-		if h, ok := lv.subs[instance]; ok {
-			h.gone = true
-			delete(lv.subs, instance)
-			lv.dirty = true
-		}
-		if len(lv.subs) == 0 {
+		lv.subs.keep(func(h *held) bool {
+			if h.instance == instance {
+				lv.dirty = true
+				return false
+			}
+			return true
+		})
+		if lv.subs.len() == 0 {
 			delete(m.levels, l)
 		}
 	}

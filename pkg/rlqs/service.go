@@ -14,6 +14,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 
+	"github.com/envoy-rls/envoy-rls/internal/rawgrpc"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
@@ -104,6 +105,7 @@ type Service struct {
 	buckets atomic.Int64 // subscribed, all streams together
 	mu      sync.Mutex
 	open    map[*stream]struct{} // for Inspect and Close
+	scratch sync.Pool            // of *scratch
 	closing chan struct{}
 	once    sync.Once
 }
@@ -147,8 +149,17 @@ func New(opts Options) (*Service, error) {
 	def(&opts.MaxEntryBytes, DefaultMaxEntryBytes)
 	id := make([]byte, 6)
 	rand.Read(id)
-	return &Service{opts: opts, replica: hex.EncodeToString(id), log: opts.Logger, obs: opts.Observer,
-		open: map[*stream]struct{}{}, closing: make(chan struct{})}, nil
+	s := &Service{opts: opts, replica: hex.EncodeToString(id), log: opts.Logger, obs: opts.Observer,
+		open: map[*stream]struct{}{}, closing: make(chan struct{})}
+	s.scratch.New = func() any { return new(scratch) }
+	return s, nil
+}
+
+// ServerOptions are the options a gRPC server serving the service needs:
+// the codec that hands the stream its messages' bytes (rawgrpc), and
+// passes every other message to gRPC's protobuf codec.
+func (s *Service) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{rawgrpc.ServerOption()}
 }
 
 // Register registers the service on a gRPC server, as

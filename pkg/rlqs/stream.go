@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/envoy-rls/envoy-rls/internal/rawgrpc"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
@@ -39,14 +40,10 @@ type stream struct {
 	// orphans are charges owed on levels no bucket meets any more, for
 	// the next report's call.
 	orphans []limit.Bucket
-	// batch and touched are a report's buckets and levels; calls,
-	// results and entryBuf its store call and registry entries: kept for
-	// the next report.
-	batch    []*sub
-	touched  []*streamLevel
-	calls    []limit.Bucket
-	results  []limit.Result
-	entryBuf []Entry
+	// batch and touched are a report's buckets and levels, kept for the
+	// next report.
+	batch   []*sub
+	touched []*streamLevel
 	// full is set once a report found the stream at its bucket cap, so
 	// that it is logged once.
 	full bool
@@ -72,11 +69,11 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 	reports := make(chan received)
 	go func() {
 		for {
-			var m rawMessage
+			var m rawgrpc.Message
 			err := ss.RecvMsg(&m)
 			var r *report
 			if err == nil {
-				if r, err = parseReport(m.b); err != nil {
+				if r, err = parseReport(m.Bytes); err != nil {
 					err = badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
 				}
 			}
@@ -108,7 +105,7 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 				return err
 			}
 			if a.actions > 0 {
-				if err := ss.SendMsg(&rawMessage{a.msg}); err != nil {
+				if err := ss.SendMsg(&rawgrpc.Message{Bytes: a.msg}); err != nil {
 					return err
 				}
 			}
@@ -228,8 +225,8 @@ func (st *stream) subscribe(raw []byte, cfg *descriptors.Config, now time.Time) 
 		return nil, nil
 	}
 	svc.buckets.Add(1)
-	b := &sub{pairs: pairs, key: key, raw: string(raw), active: now}
-	b.resolve(cfg, st.domain)
+	b := &sub{key: key, raw: string(raw), active: now}
+	b.resolve(cfg, st.domain, pairs)
 	st.subs[key] = b
 	st.raw[b.raw] = b
 	st.watch(b, now)
@@ -239,7 +236,8 @@ func (st *stream) subscribe(raw []byte, cfg *descriptors.Config, now time.Time) 
 // resubscribe resolves b again in a new config.
 func (st *stream) resubscribe(b *sub, cfg *descriptors.Config, now time.Time) {
 	st.unwatch(b)
-	b.resolve(cfg, st.domain)
+	pairs, _ := parsePairs([]byte(b.raw)) // read when it subscribed: no error
+	b.resolve(cfg, st.domain, pairs)
 	st.watch(b, now)
 }
 

@@ -14,19 +14,14 @@ import (
 // sub is one bucket one stream reports: a subscriber of each level its
 // BucketId resolves to.
 type sub struct {
-	pairs map[string]string // its BucketId's
-	key   string            // its pairs, sorted: the stream's key for it
+	key string // its BucketId's pairs, sorted: the stream's key for it
 	// raw is its BucketId as its Envoy first encoded it: what finds it
 	// in a report, and what its answers name; aliases are other
 	// encodings of it seen since (a map's order is not fixed).
 	raw     string
 	aliases []string
-	// levels are the limits its walk meets (nil: unmatched), and share its
-	// part of each at the last division (capping its demand on the levels
-	// above, at the next).
-	levels    []descriptors.Level
-	lv        []*streamLevel // the stream's, one per level
-	share     []float64
+	// levels are the limits its walk meets (nil: unmatched).
+	levels    []subLevel
 	unlimited bool                // allow-listed by a node on its walk
 	cfg       *descriptors.Config // the config levels come from
 	// samples are its recent reports: requests and the seconds they came
@@ -44,6 +39,15 @@ type sub struct {
 	// answer is its BucketAction encoded, for answerFor and raw.
 	answer    []byte
 	answerFor Assignment
+}
+
+// subLevel is a level of a sub: the limit, the stream's level, and the
+// sub's part of it at the last division (capping its demand on the levels
+// above, at the next; -1 before one).
+type subLevel struct {
+	descriptors.Level
+	sl    *streamLevel
+	share float64
 }
 
 type sample struct {
@@ -91,8 +95,8 @@ func (b *sub) demand() float64 {
 // larger part of the user's limit).
 func (b *sub) cappedDemand(i int) float64 {
 	d := b.demand()
-	for j := i + 1; j < len(b.share); j++ {
-		if s := b.share[j]; s >= 0 && !b.levels[j].Rule.Shadow {
+	for j := i + 1; j < len(b.levels); j++ {
+		if s := b.levels[j].share; s >= 0 && !b.levels[j].Rule.Shadow {
 			d = math.Min(d, s)
 		}
 	}
@@ -156,20 +160,22 @@ func clip(s string) string {
 	return s
 }
 
-// resolve finds b's levels in cfg's domain: the limits its walk meets
+// resolve finds b's levels, of a BucketId of pairs, in cfg's domain: the limits its walk meets
 // (shadow ones are charged, and never limit), none if it has no domain;
 // unlimited if a node on the walk allow-lists it.
-func (b *sub) resolve(cfg *descriptors.Config, domain string) {
-	b.cfg, b.levels, b.share, b.unlimited = cfg, nil, nil, false
+func (b *sub) resolve(cfg *descriptors.Config, domain string, pairs map[string]string) {
+	b.cfg, b.levels, b.unlimited = cfg, nil, false
 	d := cfg.Domain(domain)
 	if d == nil {
 		return
 	}
-	entries := d.Order(b.pairs)
-	b.levels = d.Resolve(entries, nil, nil)
-	b.unlimited = len(b.levels) == 0 && d.Unlimited(entries)
-	b.share = make([]float64, len(b.levels))
-	for i := range b.share {
-		b.share[i] = -1 // none yet
+	entries := d.Order(pairs)
+	levels := d.Resolve(entries, nil, nil)
+	b.unlimited = len(levels) == 0 && d.Unlimited(entries)
+	if len(levels) > 0 {
+		b.levels = make([]subLevel, len(levels))
+		for i, l := range levels {
+			b.levels[i] = subLevel{Level: l, share: -1}
+		}
 	}
 }
