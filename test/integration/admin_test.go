@@ -53,13 +53,18 @@ func TestAdminOnRedis(t *testing.T) {
 			connect := start(t)
 			for _, mode := range []redis.Mode{redis.ScriptMode, redis.TransactionsMode} {
 				t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
-					c := connect
-					store, err := redis.New(redis.Options{Connect: &c, Mode: mode, Prefix: fmt.Sprintf("admin%d:", mode), Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch})
+					// As serve wires it (-redis-mode, -redis-key-prefix),
+					// for the store's states to be read beside the handler.
+					ro := servedRedis(connect, false)
+					ro.Mode, ro.Prefix = mode, fmt.Sprintf("admin%d:", mode)
+					store, err := redis.New(ro)
 					if err != nil {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { store.Close() })
-					svc, err := rls.New(rls.Options{Store: store, Config: cfg, Logger: slog.New(slog.DiscardHandler), OverLimitCacheSize: 100})
+					opts := rls.Options{Store: store, Config: cfg, Logger: slog.New(slog.DiscardHandler)}
+					asServed(&opts)
+					svc, err := rls.New(opts)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -80,8 +80,9 @@ func launch(t *testing.T, grpcAddr, adminAddr string, args ...string) *process {
 	}
 }
 
-// stop sends SIGTERM and waits for the exit, failing the test on an
-// error exit or one later than 10 s.
+// stop sends SIGTERM (which drains, and sends the spans not sent yet) and
+// waits for the exit, failing the test on an error exit or one later than
+// 15 s.
 func (p *process) stop(t *testing.T) {
 	t.Helper()
 	p.cmd.Process.Signal(syscall.SIGTERM)
@@ -92,8 +93,8 @@ func (p *process) stop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exit after SIGTERM: %v; output:\n%s", err, p.out)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("envoy-rls did not exit within 10s of SIGTERM; output:\n%s", p.out)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("envoy-rls did not exit within 15s of SIGTERM; output:\n%s", p.out)
 	}
 }
 

@@ -3,12 +3,13 @@ package integration
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -16,7 +17,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/store/fallback"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
@@ -25,7 +25,8 @@ type checkedStore interface {
 	rls.Checker
 }
 
-// service builds a service on store, with the health watch running.
+// service builds a service on store, with the health watch running, as
+// serve does.
 func service(t *testing.T, store checkedStore, opts rls.Options) (*rls.Service, *health.Server) {
 	t.Helper()
 	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "service.yaml", Data: []byte(serviceConfig)})
@@ -51,11 +52,6 @@ func shouldRateLimit(svc *rls.Service, pairs ...string) (rlsv3.RateLimitResponse
 	return resp.GetOverallCode(), err
 }
 
-func serving(hs *health.Server) bool {
-	resp, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{})
-	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-}
-
 // waitUntil polls cond until it holds, for at most within.
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -68,81 +64,95 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 	}
 }
 
-// TestFailureModes stops Redis under a service in each failure mode.
+// healthOf returns whether the binary p reports SERVING on gRPC, as a
+// load balancer asks.
+func healthOf(t *testing.T, p *process) func() bool {
+	t.Helper()
+	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	hc := healthpb.NewHealthClient(conn)
+	return func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+}
+
+// overall calls r with a second's deadline and returns the overall code.
+func (r *replica) overall(pairs ...string) (rlsv3.RateLimitResponse_Code, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	resp, err := r.client.ShouldRateLimit(ctx, request(pairs))
+	return resp.GetOverallCode(), err
+}
+
+// TestFailureModes stops Redis under the binary in each failure mode.
 func TestFailureModes(t *testing.T) {
 	cases := []struct {
-		mode      rls.FailureMode
+		mode      string
 		wantCode  rlsv3.RateLimitResponse_Code
 		wantError codes.Code
 	}{
-		{rls.FailUnavailable, 0, codes.Unavailable},
-		{rls.FailAllow, rlsv3.RateLimitResponse_OK, codes.OK},
-		{rls.FailDeny, rlsv3.RateLimitResponse_OVER_LIMIT, codes.OK},
+		{"unavailable", 0, codes.Unavailable},
+		{"allow", rlsv3.RateLimitResponse_OK, codes.OK},
+		{"deny", rlsv3.RateLimitResponse_OVER_LIMIT, codes.OK},
 	}
 	for _, c := range cases {
-		t.Run(c.mode.String(), func(t *testing.T) {
+		t.Run(c.mode, func(t *testing.T) {
 			srv := redistest.New(t)
 			srv.Restart()
-			store, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			svc, hs := service(t, store, rls.Options{FailureMode: c.mode, StoreTimeout: 100 * time.Millisecond})
-			waitUntil(t, 5*time.Second, "serving", func() bool { return serving(hs) })
-			if got, err := shouldRateLimit(svc, "user=a"); err != nil || got != rlsv3.RateLimitResponse_OK {
+			p, r := binaryReplica(t, serviceConfig, "-store", "redis", "-redis-url", srv.URL(), "-failure-mode", c.mode)
+			serving := healthOf(t, p)
+			waitUntil(t, 5*time.Second, "serving", serving)
+			if got, err := r.overall("user=a"); err != nil || got != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("with Redis up: %v %v", got, err)
 			}
 			srv.Stop()
-			got, err := shouldRateLimit(svc, "user=a")
+			got, err := r.overall("user=a")
 			if status.Code(err) != c.wantError || got != c.wantCode {
 				t.Fatalf("with Redis down: %v, %v; want %v, %v", got, err, c.wantCode, c.wantError)
 			}
-			if c.mode == rls.FailUnavailable {
-				waitUntil(t, 5*time.Second, "NOT_SERVING with Redis down", func() bool { return !serving(hs) })
+			if c.mode == "unavailable" {
+				waitUntil(t, 5*time.Second, "NOT_SERVING with Redis down", func() bool { return !serving() })
 			} else {
 				time.Sleep(1500 * time.Millisecond) // a health check or two
-				if !serving(hs) {
+				if !serving() {
 					t.Fatal("NOT_SERVING while the failure mode answers")
 				}
 			}
 			srv.Restart()
-			waitUntil(t, 5*time.Second, "serving again", func() bool { return serving(hs) })
-			if got, err := shouldRateLimit(svc, "user=a"); err != nil || got != rlsv3.RateLimitResponse_OK {
+			waitUntil(t, 5*time.Second, "serving again", serving)
+			if got, err := r.overall("user=a"); err != nil || got != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("with Redis back: %v %v", got, err)
 			}
 		})
 	}
 }
 
-// TestFailureModeLocal: while Redis is down the service decides on its own
+// TestFailureModeLocal: while Redis is down the binary decides on its own
 // memory (limits still apply, per replica), then goes back to Redis.
 func TestFailureModeLocal(t *testing.T) {
 	srv := redistest.New(t)
 	srv.Restart()
-	primary, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var toLocal, toRedis atomic.Int64
-	store := fallback.New(primary, fallback.Options{
-		Timeout:  100 * time.Millisecond,
-		Logger:   slog.New(slog.DiscardHandler),
-		OnSwitch: func(local bool) { map[bool]*atomic.Int64{true: &toLocal, false: &toRedis}[local].Add(1) },
-	})
-	defer store.Close()
-	svc, hs := service(t, store, rls.Options{})
+	p, r := binaryReplica(t, serviceConfig, "-store", "redis", "-redis-url", srv.URL(), "-failure-mode", "local")
+	serving := healthOf(t, p)
+	metric := func(series string) float64 { return scrape(t, p.httpAddr, series) }
+	const toLocal, toRedis, local = `envoy_rls_store_switches_total{to="local"}`, `envoy_rls_store_switches_total{to="redis"}`, "envoy_rls_store_fallback"
 
 	// The skew bucket holds 3: two calls on Redis.
 	for range 2 {
-		if got, err := shouldRateLimit(svc, "skew=local"); err != nil || got != rlsv3.RateLimitResponse_OK {
+		if got, err := r.overall("skew=local"); err != nil || got != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("on Redis: %v %v", got, err)
 		}
 	}
 	srv.Stop()
 	// Locally the bucket starts empty: three pass, the fourth is over.
 	for i := range 4 {
-		got, err := shouldRateLimit(svc, "skew=local")
+		got, err := r.overall("skew=local")
 		want := rlsv3.RateLimitResponse_OK
 		if i == 3 {
 			want = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -151,17 +161,17 @@ func TestFailureModeLocal(t *testing.T) {
 			t.Fatalf("call %d with Redis down: %v %v, want %v", i, got, err, want)
 		}
 	}
-	if toLocal.Load() != 1 || !store.Local() || !serving(hs) {
-		t.Fatalf("switches to local: %d, local: %v, serving: %v", toLocal.Load(), store.Local(), serving(hs))
+	if metric(toLocal) != 1 || metric(local) != 1 || !serving() {
+		t.Fatalf("switches to local: %v, local: %v, serving: %v", metric(toLocal), metric(local), serving())
 	}
 	srv.Restart()
-	waitUntil(t, 5*time.Second, "back on Redis", func() bool { return !store.Local() })
-	if toRedis.Load() != 1 {
-		t.Fatalf("switches back: %d", toRedis.Load())
+	waitUntil(t, 5*time.Second, "back on Redis", func() bool { return metric(local) == 0 })
+	if metric(toRedis) != 1 {
+		t.Fatalf("switches back: %v", metric(toRedis))
 	}
 	// The restarted Redis lost its data: the bucket starts again, there.
-	if got, _ := shouldRateLimit(svc, "skew=local"); got != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("first call on Redis again: %v", got)
+	if got, err := r.overall("skew=local"); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("first call on Redis again: %v %v", got, err)
 	}
 	if n, err := srv.Client(t).Exists(context.Background(), "rls:{api|skew=local}").Result(); err != nil || n != 1 {
 		t.Fatalf("the bucket is not in Redis after the switch back: %v %v", n, err)
@@ -174,13 +184,19 @@ func TestFailureModeLocal(t *testing.T) {
 func TestOverLimitCacheSkipsRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
-	store, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}})
+	store, err := redis.New(servedRedis(redis.ClientOptions{URL: srv.URL()}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	cached, _ := service(t, store, rls.Options{OverLimitCacheSize: 1000})
-	other, _ := service(t, store, rls.Options{}) // a replica without the cache
+	// Two services in process, each wired as serve wires one, so that
+	// Redis's command counts are their calls alone: one at the default
+	// flags, one with -local-cache-size 0.
+	var opts rls.Options
+	asServed(&opts)
+	cached, _ := service(t, store, opts)
+	opts.OverLimitCacheSize = 0
+	other, _ := service(t, store, opts)
 	for range 3 {
 		shouldRateLimit(cached, "skew=cache")
 	}

@@ -50,12 +50,12 @@ const (
 )
 
 // faultReplicas starts n replicas on connect as the binary runs them
-// against Redis: a store timeout and its margin, the failure mode
-// Unavailable, the health watch that renews failed connections, and the
-// breaker b.
+// against Redis (startReplicas, with its over-limit cache): a store
+// timeout and its margin, the failure mode Unavailable, the health watch
+// that renews failed connections, and the breaker b.
 func faultReplicas(t *testing.T, n int, connect redis.ClientOptions, b redis.Breaker) []*replica {
 	t.Helper()
-	rs := startReplicas(t, n, replicaOptions{client: connect, config: parseConfig(t, faultConfig), breaker: b,
+	rs := startReplicas(t, n, replicaOptions{client: connect, config: parseConfig(t, faultConfig), breaker: &b,
 		service: func(o *rls.Options) { o.StoreTimeout = faultStoreTimeout }})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

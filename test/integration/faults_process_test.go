@@ -39,6 +39,16 @@ func binaryReplica(t *testing.T, config string, args ...string) (*process, *repl
 	return p, &replica{client: rlsv3.NewRateLimitServiceClient(conn)}
 }
 
+// binaryReplicas starts n binaries as binaryReplica does.
+func binaryReplicas(t *testing.T, n int, config string, args ...string) []*replica {
+	t.Helper()
+	rs := make([]*replica, n)
+	for i := range rs {
+		_, rs[i] = binaryReplica(t, config, args...)
+	}
+	return rs
+}
+
 // TestShutdownUnderLoad sends the binary SIGTERM under load with
 // -shutdown-delay 2s: health turns NOT_SERVING at once, so that load
 // balancers stop sending, and every call is still decided during the

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,15 +12,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/store/fallback"
-	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 // TestFailureModesWithHungRedis stops Redis with SIGSTOP (it accepts
-// connections and never answers, unlike a Redis that is down) and sends
-// calls with Envoy's default deadline of 20 ms: every call of a round must
+// connections and never answers, unlike a Redis that is down) under the
+// binary, in each -failure-mode at its other defaults, and sends calls
+// with Envoy's default deadline of 20 ms: every call of a round must
 // be answered by the failure mode before its deadline, none end in
 // DeadlineExceeded. A round that misses is run again, up to three: on a
 // loaded machine the whole process can stall for longer than any margin
@@ -33,10 +29,6 @@ func TestFailureModesWithHungRedis(t *testing.T) {
 		rounds   = 3
 		deadline = 20 * time.Millisecond
 	)
-	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "service.yaml", Data: []byte(serviceConfig)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
 		mode string
 		// answered tells whether a call's outcome is the failure mode's.
@@ -54,32 +46,14 @@ func TestFailureModesWithHungRedis(t *testing.T) {
 		t.Run(c.mode, func(t *testing.T) {
 			srv := redistest.New(t)
 			srv.Restart()
-			store, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}, Pipeline: redis.DefaultPipeline})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
-			// As serve sets them up for each -failure-mode.
-			opts := rls.Options{Store: store, Config: cfg, Logger: slog.New(slog.DiscardHandler), StoreTimeout: 100 * time.Millisecond}
-			switch c.mode {
-			case "allow":
-				opts.FailureMode = rls.FailAllow
-			case "deny":
-				opts.FailureMode = rls.FailDeny
-			case "local":
-				opts.Store = fallback.New(store, fallback.Options{Timeout: 100 * time.Millisecond, Logger: opts.Logger})
-				opts.StoreTimeout = 0
-			}
-			svc, err := rls.New(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, r := binaryReplica(t, serviceConfig, "-store", "redis", "-redis-url", srv.URL(), "-failure-mode", c.mode)
 			call := func(user string) (*rlsv3.RateLimitResponse, error, bool) {
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				defer cancel()
-				resp, err := svc.ShouldRateLimit(ctx, request([]string{"user=" + user}))
+				resp, err := r.client.ShouldRateLimit(ctx, request([]string{"user=" + user}))
 				return resp, err, ctx.Err() == nil
 			}
+			r.call(t, request([]string{"user=connect"})) // the gRPC connection, not timed
 			if _, err, _ := call("warm-up"); err != nil {
 				t.Fatalf("with Redis answering: %v", err)
 			}

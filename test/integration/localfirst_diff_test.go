@@ -90,7 +90,8 @@ func TestLocalFirstMatchesExact(t *testing.T) {
 // store once got wrong: on a leaky bucket of 10 an hour, hits 8, 3 and 1
 // are admitted, refused and admitted, as exact mode answers: a refused
 // request of 3 does not refuse a request of 1 that fits. Then, 5 seconds
-// and 25 syncs later, hits 2 and 1 get exact mode's answers too.
+// and 25 syncs later, hits 2 and 1 get exact mode's answers too. (The
+// stores alone, as replayDiff says why.)
 func TestLocalFirstRefusedRequestLeavesRoom(t *testing.T) {
 	const interval = 200 * time.Millisecond
 	tenAnHour := limit.Rate{RequestsPerUnit: 10, Unit: limit.Hour}.Limit()

@@ -39,6 +39,12 @@ type diffMismatch struct {
 // replayDiff runs seq on a fresh local-first store and a fresh exact
 // store, on databases 0 and 1 of srv, and returns the first step where
 // they answer differently, or nil, and the steps run.
+//
+// The stores alone, not as serve wires them: its pipelining and batching
+// change how calls reach Redis, not their answers (the conformance suite
+// runs every way), and the service's over-limit cache, above the store,
+// keeps a rejection until the reset the store gave, which must be the
+// same in both.
 func replayDiff(t *testing.T, srv *redistest.Server, seq diffSeq) (*diffMismatch, []diffStep) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)

@@ -40,9 +40,13 @@ const localFirstInterval = 200 * time.Millisecond
 
 // TestLocalFirstBound hammers each algorithm's limit of 100 a second for 5
 // seconds through three local-first replicas and, at the same time,
-// through three exact ones, on one Redis (single and Cluster): the
-// local-first replicas must admit 80% to 110% of the hits the exact ones
-// admit. A usage budget of 100 a second (charge: always) is hammered as
+// through three exact ones, on one Redis (single and Cluster), each the
+// binary at its default flags (the over-limit cache on in both modes) but
+// for a store timeout of a second: the load keeps a small machine's CPUs
+// busy, and a call that waits for one past the default 100 ms would be
+// answered Unavailable, which the bound does not count (the failure mode
+// tests check the timeout). The local-first replicas must admit 80% to
+// 110% of the hits the exact ones admit. A usage budget of 100 a second (charge: always) is hammered as
 // Envoy does: a check, then, if admitted, a charge of the request's cost.
 // Each limit is hammered twice, on buckets of their own: by requests of
 // one hit (the usage charges: 3), and by requests of mixed sizes, from 1
@@ -52,44 +56,12 @@ func TestLocalFirstBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 5 seconds per topology")
 	}
-	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "localfirst.yaml", Data: []byte(localFirstConfig)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
 	for name, start := range topologies(t) {
 		t.Run(name, func(t *testing.T) {
-			connect := start(t)
-			newService := func(interval time.Duration) *rls.Service {
-				st, err := redis.New(redis.Options{Connect: &connect, Logger: log, Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var store rls.Store = st
-				if interval > 0 {
-					lf, err := localfirst.New(st, localfirst.Options{Interval: interval, Logger: log})
-					if err != nil {
-						t.Fatal(err)
-					}
-					store = lf
-					t.Cleanup(func() { lf.Close() })
-				} else {
-					t.Cleanup(func() { st.Close() })
-				}
-				svc, err := rls.New(rls.Options{Store: store, Config: cfg, Logger: log})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return svc
-			}
-			modes := map[string][]*rls.Service{}
-			for _, m := range []struct {
-				name     string
-				interval time.Duration
-			}{{"exact", 0}, {"local-first", localFirstInterval}} {
-				for range 3 {
-					modes[m.name] = append(modes[m.name], newService(m.interval))
-				}
+			args := append(redisArgs(start(t)), "-store-timeout", "1s")
+			modes := map[string][]*replica{
+				"exact":       binaryReplicas(t, 3, localFirstConfig, args...),
+				"local-first": binaryReplicas(t, 3, localFirstConfig, append(args, "-sync-interval", localFirstInterval.String())...),
 			}
 
 			const run = 5 * time.Second
@@ -102,7 +74,7 @@ func TestLocalFirstBound(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), run)
 			defer cancel()
 			errs := make(chan error, 1)
-			for mode, svcs := range modes {
+			for mode, rs := range modes {
 				for _, ld := range boundLoads {
 					n := &atomic.Int64{}
 					admitted[mode+" "+ld.String()] = n
@@ -110,7 +82,7 @@ func TestLocalFirstBound(t *testing.T) {
 					if ld.mixed {
 						entry += "-mixed"
 					}
-					for _, svc := range svcs {
+					for _, r := range rs {
 						for range ld.workers() {
 							wg.Go(func() {
 								for ctx.Err() == nil {
@@ -123,15 +95,15 @@ func TestLocalFirstBound(t *testing.T) {
 									} else {
 										first.Descriptors[0].HitsAddend = wrapperspb.UInt64(cost)
 									}
-									resp, err := svc.ShouldRateLimit(context.Background(), first)
+									resp, err := r.client.ShouldRateLimit(context.Background(), first)
 									if err == nil && ld.algo == "usage" && resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
 										charge := request([]string{entry})
 										charge.Descriptors[0].HitsAddend = wrapperspb.UInt64(cost)
-										_, err = svc.ShouldRateLimit(context.Background(), charge) // at stream end
+										_, err = r.client.ShouldRateLimit(context.Background(), charge) // at stream end
 									}
 									if err != nil {
 										select {
-										case errs <- err:
+										case errs <- fmt.Errorf("%s, through a replica: %w", entry, err):
 										default:
 										}
 										return
@@ -249,16 +221,21 @@ descriptors:
 	}
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
-	st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}})
+	// In process, wired as serve wires it with -sync-interval 1h, so that
+	// Redis's command counts are the replica's calls alone (the binary's
+	// health checks and reset subscription add their own).
+	st, err := redis.New(servedRedis(redis.ClientOptions{URL: srv.URL()}, true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lf, err := localfirst.New(st, localfirst.Options{Interval: time.Hour})
+	lf, err := localfirst.New(st, localfirst.Options{Interval: time.Hour, MaxBytes: servedTableBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	svc, err := rls.New(rls.Options{Store: lf, Config: cfg, Logger: slog.New(slog.DiscardHandler)})
+	opts := rls.Options{Store: lf, Config: cfg, Logger: slog.New(slog.DiscardHandler)}
+	asServed(&opts)
+	svc, err := rls.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,20 +289,28 @@ func TestColdBucketsCostWhatExactDoes(t *testing.T) {
 			log := slog.New(slog.DiscardHandler)
 			cost := map[string]map[string]int{}
 			for _, mode := range []string{"exact", "local-first"} {
-				st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: srv.URL()}, Prefix: mode + ":", Logger: log})
+				// In process, wired as serve wires each mode, so that
+				// Redis's command counts are the replica's calls alone
+				// (the binary's health checks and reset subscription add
+				// their own).
+				ro := servedRedis(redis.ClientOptions{URL: srv.URL()}, mode == "local-first")
+				ro.Prefix, ro.Logger = mode+":", log
+				st, err := redis.New(ro)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var store rls.Store = st
 				closer := st.Close
 				if mode == "local-first" {
-					lf, err := localfirst.New(st, localfirst.Options{Interval: 100 * time.Millisecond, Logger: log})
+					lf, err := localfirst.New(st, localfirst.Options{Interval: 100 * time.Millisecond, MaxBytes: servedTableBytes, Logger: log})
 					if err != nil {
 						t.Fatal(err)
 					}
 					store, closer = lf, lf.Close
 				}
-				svc, err := rls.New(rls.Options{Store: store, Config: cfg, Logger: log})
+				opts := rls.Options{Store: store, Config: cfg, Logger: log}
+				asServed(&opts)
+				svc, err := rls.New(opts)
 				if err != nil {
 					t.Fatal(err)
 				}

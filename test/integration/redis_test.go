@@ -25,7 +25,10 @@ func TestOneCommandPerRequest(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
 	hook := &redistest.Counter{}
 	c.AddHook(hook)
-	store, err := redis.New(redis.Options{Client: c})
+	// As serve wires it, on a client that counts what it sends.
+	ro := servedRedis(redis.ClientOptions{}, false)
+	ro.Connect, ro.Client = nil, c
+	store, err := redis.New(ro)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +37,9 @@ func TestOneCommandPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := rls.New(rls.Options{Store: store, Config: cfg})
+	opts := rls.Options{Store: store, Config: cfg}
+	asServed(&opts)
+	svc, err := rls.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

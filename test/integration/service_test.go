@@ -23,6 +23,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
@@ -60,21 +61,54 @@ descriptors:
 // and gRPC server on a loopback port, as a separate process would have.
 type replica struct {
 	client rlsv3.RateLimitServiceClient
-	store  *redis.Store
+	store  *redis.Store // nil for the binary
 }
+
+// The binary's defaults with -store redis (cmd/envoy-rls: flags.go and
+// serviceOptions), for the replicas a test builds in process.
+const (
+	servedStoreTimeout = 100 * time.Millisecond     // -store-timeout
+	servedCacheSize    = 100000                     // -local-cache-size
+	servedCacheBytes   = memory.DefaultMaxBytes / 8 // the cache's eighth of -memory-max-bytes
+)
+
+// asServed sets the service's options as serve sets them at its default
+// flags on Redis: the store timeout and the over-limit cache.
+func asServed(o *rls.Options) {
+	o.StoreTimeout = servedStoreTimeout
+	o.OverLimitCacheSize, o.OverLimitCacheBytes = servedCacheSize, servedCacheBytes
+}
+
+// servedRedis is the Redis store's options as openStore sets them at the
+// default flags, for the local-first mode if localFirst (-sync-interval:
+// requests then wait a millisecond for others, except on a Cluster).
+func servedRedis(connect redis.ClientOptions, localFirst bool) redis.Options {
+	o := redis.Options{Connect: &connect, Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch, Breaker: onBreaker}
+	if localFirst && !connect.Cluster {
+		o.BatchWait = time.Millisecond
+	}
+	return o
+}
+
+// servedTableBytes is the local-first table's bound at the default flags:
+// -memory-max-bytes less the over-limit cache's share.
+const servedTableBytes = memory.DefaultMaxBytes - servedCacheBytes
 
 type replicaOptions struct {
 	client      redis.ClientOptions
 	mode        redis.Mode
 	clock       func() time.Time
 	callerClock bool
-	pipeline    *redis.Pipeline     // nil: the service's default
+	pipeline    *redis.Pipeline     // nil: the binary's default
 	config      *descriptors.Config // nil: serviceConfig
 	prefix      string              // of the Redis keys; "": the default
-	breaker     redis.Breaker       // the zero value: none
+	breaker     *redis.Breaker      // nil: the binary's default
 	service     func(*rls.Options)  // sets more of the service's options
 }
 
+// startReplicas starts n replicas in process, each wired as serve wires
+// one at its default flags on Redis, but for what o sets (a skewed clock
+// is one thing only a replica in process can have).
 func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 	t.Helper()
 	cfg := o.config
@@ -87,18 +121,21 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 	log := slog.New(slog.DiscardHandler)
 	var replicas []*replica
 	for range n {
-		connect := o.client
-		pipeline := redis.DefaultPipeline
+		ro := servedRedis(o.client, false)
+		ro.Mode, ro.CallerClock, ro.Logger, ro.Prefix = o.mode, o.callerClock, log, o.prefix
 		if o.pipeline != nil {
-			pipeline = *o.pipeline
+			ro.Pipeline = *o.pipeline
 		}
-		store, err := redis.New(redis.Options{Connect: &connect, Mode: o.mode, CallerClock: o.callerClock, Logger: log, Pipeline: pipeline,
-			Batch: redis.DefaultBatch, Prefix: o.prefix, Breaker: o.breaker}) // as the service runs
+		if o.breaker != nil {
+			ro.Breaker = *o.breaker
+		}
+		store, err := redis.New(ro)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
 		opts := rls.Options{Store: store, Config: cfg, Clock: o.clock, Logger: log}
+		asServed(&opts)
 		if o.service != nil {
 			o.service(&opts)
 		}
@@ -106,6 +143,10 @@ func startReplicas(t *testing.T, n int, o replicaOptions) []*replica {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// As serve does: resets through other replicas reach the cache.
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go store.WatchResets(ctx, svc.ForgetOverLimit)
 		g := rls.NewGRPCServer(svc, nil, health.NewServer(), log)
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -147,6 +188,15 @@ func (r *replica) call(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLim
 	return resp
 }
 
+// redisArgs are the binary's flags for the Redis of a topology.
+func redisArgs(o redis.ClientOptions) []string {
+	args := []string{"-store", "redis", "-redis-url", o.URL}
+	if o.Cluster {
+		args = append(args, "-redis-cluster")
+	}
+	return args
+}
+
 func topologies(t *testing.T) map[string]func(t *testing.T) redis.ClientOptions {
 	return map[string]func(t *testing.T) redis.ClientOptions{
 		"Single": func(t *testing.T) redis.ClientOptions {
@@ -161,10 +211,16 @@ func topologies(t *testing.T) map[string]func(t *testing.T) redis.ClientOptions 
 // TestReplicasAdmitExactly sends 300 concurrent calls, rotating over three
 // replicas, at a limit of 100 (a leaky bucket, a sliding window, a fixed
 // window in turn): exactly 100 pass, 21 times over.
+//
+// The replicas have no store timeout: a burst of 300 calls on a small
+// machine (the replicas' and the callers', under the race detector) can
+// wait past 100 ms for a CPU, to be answered Unavailable, in process or
+// not. The rest of serve's wiring cannot change how many pass: the
+// over-limit cache only rejects what Redis rejected.
 func TestReplicasAdmitExactly(t *testing.T) {
 	for name, start := range topologies(t) {
 		t.Run(name, func(t *testing.T) {
-			replicas := startReplicas(t, 3, replicaOptions{client: start(t)})
+			replicas := startReplicas(t, 3, replicaOptions{client: start(t), service: func(o *rls.Options) { o.StoreTimeout = 0 }})
 			for round := range 21 {
 				key := []string{"hot", "hot-sliding", "hot-fixed"}[round%3]
 				req := request([]string{fmt.Sprintf("%s=round-%d", key, round)})

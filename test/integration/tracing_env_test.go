@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,23 +41,6 @@ func rateLimitCalls(t *testing.T, p *process, n int, md ...string) {
 	}
 }
 
-// terminate stops the process with SIGTERM, which sends the spans not yet
-// sent, and waits for it to exit.
-func terminate(t *testing.T, p *process) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v; output:\n%s", err, p.out)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit within 15s of SIGTERM; output:\n%s", p.out)
-	}
-}
-
 // TestTracingAsRatelimit starts the binary as ratelimit with
 // envoyproxy/ratelimit's tracing variables, over each OTLP protocol: every
 // call is traced (a span, and its store call's), under the service's name,
@@ -81,7 +63,7 @@ func TestTracingAsRatelimit(t *testing.T) {
 				"TRACING_SERVICE_NAME=rate-limit", "TRACING_SERVICE_NAMESPACE=gateway", "TRACING_SERVICE_INSTANCE_ID=ratelimit-0",
 				"OTEL_EXPORTER_OTLP_HEADERS=x-tenant=acme")...)
 			rateLimitCalls(t, rl, 3)
-			terminate(t, rl)
+			rl.stop(t)
 
 			spans := collector.Wait(t, 10*time.Second, func(s []otlptest.Span) bool { return len(s) >= 6 })
 			if calls, stores := otlptest.Named(spans, callSpan), otlptest.Named(spans, "store.apply"); len(spans) != 6 || len(calls) != 3 || len(stores) != 3 {
@@ -121,7 +103,7 @@ func TestTracingAsRatelimitSampling(t *testing.T) {
 		rateLimitCalls(t, rl, 3)
 		rateLimitCalls(t, rl, 1, "traceparent", "00-11111111111111111111111111111111-"+parent+"-00")
 		rateLimitCalls(t, rl, 1, "traceparent", "00-"+trace+"-"+parent+"-01")
-		terminate(t, rl)
+		rl.stop(t)
 		spans := collector.Wait(t, 10*time.Second, func(s []otlptest.Span) bool { return len(s) >= 2 })
 		for _, s := range spans {
 			if s.TraceID() != trace {
@@ -137,7 +119,7 @@ func TestTracingAsRatelimitSampling(t *testing.T) {
 		// The last of a variable set twice is the one the process sees.
 		rl := startAsRatelimit(t, "127.0.0.1", tracingEnv("http://"+addr, "TRACING_EXPORTER_PROTOCOL=grpc", "TRACING_ENABLED=false")...)
 		rateLimitCalls(t, rl, 2, "traceparent", "00-"+trace+"-"+parent+"-01")
-		terminate(t, rl)
+		rl.stop(t)
 		if spans, reqs := collector.Spans(), collector.Requests(); len(spans) > 0 || len(reqs) > 0 {
 			t.Errorf("tracing off: %d exports, spans:\n%s", len(reqs), otlptest.Describe(spans))
 		}

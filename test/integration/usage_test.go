@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,11 +16,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/envoyflows"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limit"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/store/localfirst"
-	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
 var flowPrefixes atomic.Int64
@@ -46,34 +40,39 @@ func runFlows(t *testing.T, fresh func() envoyflows.Call) {
 }
 
 // TestUsageFlowsOnRedis replays the calls Envoy makes for limits charged
-// after the response, on three replicas sharing single Redis and a
-// Cluster, in exact mode, each call to the next replica: the reference's
-// numbers, with a native file that charges always and with the
-// reference's file read with its defaults.
+// after the response, on three replicas of the binary sharing single
+// Redis and a Cluster, in exact mode, each call to the next replica: the
+// reference's numbers, with a native file that charges always and with
+// the reference's file read with its defaults (-rate-limit-algorithm
+// fixed_window -charge always -match leaf).
 func TestUsageFlowsOnRedis(t *testing.T) {
-	native, _, err := descriptors.Parse(descriptors.Source{Name: "native.yaml", Data: []byte(envoyflows.NativeConfig)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reference, _, err := descriptors.Options{RateLimitAlgorithm: limit.FixedWindow, Charge: descriptors.ChargeAlways, Leaf: true}.
-		Parse(descriptors.Source{Name: "reference.yaml", Data: []byte(envoyflows.Config)})
-	if err != nil {
-		t.Fatal(err)
+	configs := map[string]struct {
+		file  string
+		flags []string
+	}{
+		"native":    {envoyflows.NativeConfig, nil},
+		"reference": {envoyflows.Config, []string{"-rate-limit-algorithm", "fixed_window", "-charge", "always", "-match", "leaf"}},
 	}
 	for name, start := range topologies(t) {
 		t.Run(name, func(t *testing.T) {
-			client := start(t)
-			for cname, cfg := range map[string]*descriptors.Config{"native": native, "reference": reference} {
+			args := redisArgs(start(t))
+			for cname, c := range configs {
 				t.Run(cname, func(t *testing.T) {
 					runFlows(t, func() envoyflows.Call {
-						return rotating(startReplicas(t, 3, replicaOptions{client: client, config: cfg,
-							prefix:  fmt.Sprintf("flow%d:", flowPrefixes.Add(1)),
-							service: func(o *rls.Options) { o.DynamicMetadata = true }}))
+						return rotating(flowReplicas(t, c.file, append(args, c.flags...)...))
 					})
 				})
 			}
 		})
 	}
+}
+
+// flowReplicas starts three replicas of the binary on config with args,
+// the response's dynamic metadata on, on Redis keys of their own.
+func flowReplicas(t *testing.T, config string, args ...string) []*replica {
+	t.Helper()
+	prefix := fmt.Sprintf("flow%d:", flowPrefixes.Add(1))
+	return binaryReplicas(t, 3, config, append(args, "-redis-key-prefix", prefix, "-response-dynamic-metadata")...)
 }
 
 // TestStartedAsRatelimitAnswersAsTheReference starts the binary as
@@ -140,24 +139,14 @@ func TestStartedAsRatelimitAnswersAsTheReference(t *testing.T) {
 }
 
 // TestUsageFlowsLocalFirst replays the same flows over three local-first
-// replicas, each call to the next: within one request of the reference's
-// numbers (a replica's unused units count on Redis, so a check may find a
-// budget spent a little early).
+// replicas of the binary, each call to the next: within one request of
+// the reference's numbers (a replica's unused units count on Redis, so a
+// check may find a budget spent a little early).
 func TestUsageFlowsLocalFirst(t *testing.T) {
-	native, _, err := descriptors.Parse(descriptors.Source{Name: "native.yaml", Data: []byte(envoyflows.NativeConfig)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for name, start := range topologies(t) {
 		t.Run(name, func(t *testing.T) {
-			connect := start(t)
-			fresh := func() envoyflows.Call {
-				svcs := localFirstServices(t, connect, native, fmt.Sprintf("lfflow%d:", flowPrefixes.Add(1)))
-				var next atomic.Int64
-				return func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-					return svcs[int(next.Add(1))%len(svcs)].ShouldRateLimit(ctx, req)
-				}
-			}
+			args := append(redisArgs(start(t)), "-sync-interval", localFirstInterval.String())
+			fresh := func() envoyflows.Call { return rotating(flowReplicas(t, envoyflows.NativeConfig, args...)) }
 			envoyflows.AwayFromMinuteEdge(5 * time.Second)
 			envoyflows.Expect(t, fresh, 1)
 		})
@@ -165,32 +154,25 @@ func TestUsageFlowsLocalFirst(t *testing.T) {
 }
 
 // TestQuotaModeLocalFirst: two quota descriptors of 100 a minute, charged
-// one hit each by 20 requests through three local-first replicas: every
-// request passes, as on exact replicas (a quota bucket asks Redis for
-// units like any other, and says it is over only when Redis has no room).
+// one hit each by 20 requests through three local-first replicas of the
+// binary: every request passes, as on exact replicas (a quota bucket asks
+// Redis for units like any other, and says it is over only when Redis has
+// no room).
 func TestQuotaModeLocalFirst(t *testing.T) {
-	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "quota.yaml", Data: []byte(`
+	rs := flowReplicas(t, `
 domain: usage
 rate_limit_algorithm: fixed_window
 descriptors:
   - key: backend
     quota_mode: true
     rate_limit: {unit: minute, requests_per_unit: 100}
-`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svcs := localFirstServices(t, redis.ClientOptions{URL: redistest.Start(t).URL()}, cfg, "")
+`, "-store", "redis", "-redis-url", redistest.Start(t).URL(), "-sync-interval", localFirstInterval.String())
 	envoyflows.AwayFromMinuteEdge(3 * time.Second)
 	req := request([]string{"backend=a"}, []string{"backend=b"})
 	req.Domain = "usage"
 	over := 0
 	for i := range 20 {
-		resp, err := svcs[i%3].ShouldRateLimit(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		if rs[i%3].call(t, req).GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			over++
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -198,29 +180,4 @@ descriptors:
 	if over > 0 {
 		t.Fatalf("%d of 20 requests OVER_LIMIT with both quotas far from their limit", over)
 	}
-}
-
-// localFirstServices starts three local-first replicas on Redis, keys
-// under prefix ("" for the default), with dynamic metadata on.
-func localFirstServices(t *testing.T, connect redis.ClientOptions, cfg *descriptors.Config, prefix string) []*rls.Service {
-	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	var svcs []*rls.Service
-	for range 3 {
-		st, err := redis.New(redis.Options{Connect: &connect, Logger: log, Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lf, err := localfirst.New(st, localfirst.Options{Interval: localFirstInterval, Logger: log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lf.Close() })
-		svc, err := rls.New(rls.Options{Store: lf, Config: cfg, Logger: log, DynamicMetadata: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		svcs = append(svcs, svc)
-	}
-	return svcs
 }
