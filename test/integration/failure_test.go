@@ -178,6 +178,38 @@ func TestFailureModeLocal(t *testing.T) {
 	}
 }
 
+// TestFailureModeLocalThenRedisAgain: what the local store refused while
+// Redis hung is not refused on Redis once it answers again. The binary
+// at its default flags (the over-limit cache on): a call on Redis, then
+// Redis hangs (paused: its connections stay up; the call that times out
+// is run when it goes on, two of three) and three pass locally, the
+// fourth over; Redis answers again and the next call passes there.
+func TestFailureModeLocalThenRedisAgain(t *testing.T) {
+	srv := redistest.Start(t)
+	p, r := binaryReplica(t, serviceConfig, "-store", "redis", "-redis-url", srv.URL(), "-failure-mode", "local")
+	metric := func(series string) float64 { return scrape(t, p.httpAddr, series) }
+	if got, err := r.overall("skew=pause"); err != nil || got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("on Redis: %v %v", got, err)
+	}
+	srv.Pause()
+	for i := range 4 {
+		got, err := r.overall("skew=pause")
+		want := rlsv3.RateLimitResponse_OK
+		if i == 3 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if err != nil || got != want {
+			srv.Resume()
+			t.Fatalf("call %d with Redis hung: %v %v, want %v", i, got, err, want)
+		}
+	}
+	srv.Resume()
+	waitUntil(t, 10*time.Second, "back on Redis", func() bool { return metric("envoy_rls_store_fallback") == 0 })
+	if got, err := r.overall("skew=pause"); err != nil || got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("on Redis again, which holds 2 of 3: %v %v, want OK (not the local store's refusal); output:\n%s", got, err, p.out)
+	}
+}
+
 // TestOverLimitCacheSkipsRedis: once Redis has said a bucket is full,
 // calls for it are rejected without a Redis command until it has room, and
 // never admitted while Redis would reject them.

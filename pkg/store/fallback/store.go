@@ -53,6 +53,8 @@ type Store struct {
 	opts    Options
 	mu      sync.Mutex                   // serializes switches
 	local   atomic.Pointer[memory.Store] // set while Primary fails
+	// forget is WatchResets' callback, told of every switch.
+	forget atomic.Pointer[func(keys []string)]
 }
 
 // New returns a Store in front of primary.
@@ -135,6 +137,7 @@ func (s *Store) toLocal(cause error) (*memory.Store, error) {
 	if s.opts.OnSwitch != nil {
 		s.opts.OnSwitch(true)
 	}
+	s.forgetAll()
 	return l, nil
 }
 
@@ -149,8 +152,22 @@ func (s *Store) toPrimary() {
 	if s.opts.OnSwitch != nil {
 		s.opts.OnSwitch(false)
 	}
-	// Calls still on the local store finish before it closes.
-	time.AfterFunc(time.Second, func() { l.Close() })
+	s.forgetAll()
+	// Calls still on the local store finish before it closes; what they
+	// taught the caller is forgotten again then.
+	time.AfterFunc(time.Second, func() {
+		l.Close()
+		s.forgetAll()
+	})
+}
+
+// forgetAll tells WatchResets' callback that every bucket may have
+// changed: what a caller learned from one store (an over-limit cache's
+// rejections) is not the other's to keep.
+func (s *Store) forgetAll() {
+	if f := s.forget.Load(); f != nil {
+		(*f)(nil)
+	}
 }
 
 // State reads the buckets where requests are decided: on the local store
@@ -176,9 +193,14 @@ func (s *Store) Reset(ctx context.Context, keys []string) error {
 }
 
 // WatchResets passes on Primary's, if it has them: the resets made
-// through other replicas (see the Redis store's WatchResets). Without them
-// it returns at once.
+// through other replicas (see the Redis store's WatchResets); and it calls
+// forget(nil) at every switch, between Primary and the local store, for as
+// long as ctx lasts: a bucket refused by one may have room in the other.
+// Without Primary's resets it returns at once, and the switches are still
+// told.
 func (s *Store) WatchResets(ctx context.Context, forget func(keys []string)) {
+	s.forget.Store(&forget)
+	context.AfterFunc(ctx, func() { s.forget.Store(nil) })
 	if w, ok := s.primary.(interface {
 		WatchResets(context.Context, func([]string))
 	}); ok {

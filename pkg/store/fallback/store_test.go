@@ -262,3 +262,52 @@ func TestWatchResetsIsPrimarys(t *testing.T) {
 	// A primary that hears of none: nothing to watch, and it returns.
 	New(&primary{}, Options{Logger: quiet}).WatchResets(context.Background(), func([]string) { t.Error("told to forget") })
 }
+
+// TestSwitchesForgetEverything: each switch, to the local store and back,
+// tells WatchResets' callback to forget every bucket (an over-limit cache
+// must not keep refusing, on Redis, what the local store refused), and
+// again once the calls still on the local store are done; not after the
+// watch ends.
+func TestSwitchesForgetEverything(t *testing.T) {
+	p := &primary{}
+	s := New(p, Options{Logger: slog.New(slog.DiscardHandler)})
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var forgot atomic.Int64
+	s.WatchResets(ctx, func(keys []string) {
+		if keys != nil {
+			t.Errorf("told to forget %q, want every bucket (nil)", keys)
+		}
+		forgot.Add(1)
+	})
+	r := make([]limit.Result, 1)
+	b := []limit.Bucket{{Key: "k", Limit: limit.Limit{Size: 1, DripRate: time.Hour, DripSize: 1}, Hits: 1}}
+	p.down.Store(true)
+	if err := s.Apply(ctx, time.Now(), b, r); err != nil || !s.Local() {
+		t.Fatalf("with the primary down: %v, local %v", err, s.Local())
+	}
+	if n := forgot.Load(); n != 1 {
+		t.Fatalf("forgot %d times at the switch to local, want 1", n)
+	}
+	p.down.Store(false)
+	if err := s.Check(ctx); err != nil || s.Local() {
+		t.Fatalf("with the primary back: %v, local %v", err, s.Local())
+	}
+	if n := forgot.Load(); n != 2 {
+		t.Fatalf("forgot %d times after the switch back, want 2", n)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for forgot.Load() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("forgot %d times 3s after the switch back, want 3 (again once the local store closed)", forgot.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	time.Sleep(10 * time.Millisecond)
+	p.down.Store(true)
+	s.Apply(context.Background(), time.Now(), b, r)
+	if n := forgot.Load(); n != 3 {
+		t.Fatalf("forgot %d times after the watch ended, want 3", n)
+	}
+}
