@@ -27,7 +27,7 @@ func newRLQSFlags(fs *flag.FlagSet) *rlqsSettings {
 	fs.DurationVar(&r.abandonAfter, "rlqs-abandon-after", rlqs.DefaultAbandonAfter, "an RLQS bucket no Envoy reported a request of for this long is abandoned (AbandonAction), its state freed")
 	fs.IntVar(&r.maxStreams, "rlqs-max-streams", rlqs.DefaultMaxStreams, "the most RLQS streams at once; beyond, ResourceExhausted")
 	fs.IntVar(&r.maxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "the most buckets one RLQS stream reports; beyond, new buckets are sent nothing")
-	fs.IntVar(&r.maxTotalBuckets, "rlqs-max-buckets-total", rlqs.DefaultMaxTotalBuckets, "the most buckets all RLQS streams of this replica report together (each holds about 1.5 KiB with its levels); beyond, new buckets are sent nothing")
+	fs.IntVar(&r.maxTotalBuckets, "rlqs-max-buckets-total", rlqs.DefaultMaxTotalBuckets, "the most buckets all RLQS streams of this replica report together (each holds about 2 KiB with its levels); beyond, new buckets are sent nothing")
 	fs.IntVar(&r.maxBucketsPerReport, "rlqs-max-buckets-per-report", rlqs.DefaultMaxBucketsPerReport, "the most buckets one RLQS report names; beyond, InvalidArgument")
 	return r
 }

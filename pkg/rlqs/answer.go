@@ -48,7 +48,11 @@ func (st *stream) answer(ctx context.Context, batch []*sub, levels []*streamLeve
 		sl.mine, sl.latest = entries[i].Share, entries[i].Latest
 	}
 	st.divide(levels)
-	var out answer
+	size := 0
+	for _, b := range batch {
+		size += len(b.raw) + maxActionTail
+	}
+	out := answer{msg: make([]byte, 0, size)}
 	for _, b := range batch {
 		if st.subs[b.key] != b {
 			continue // abandoned meanwhile

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -12,16 +13,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/store/memory"
 )
-
-// benchConfig is scripts/bench.yaml's: two levels, large limits.
-const benchConfig = `domain: api
-descriptors:
-  - key: user
-    leaky_bucket: {size: 1000000000, drip_rate: 1m}
-    descriptors:
-      - key: action
-        leaky_bucket: {size: 1000000000, drip_rate: 1m}
-`
 
 // BenchmarkReport is a fleet's reports served in process, without gRPC:
 // envoys streams each report the same buckets every second, in turn. Its
@@ -37,7 +28,12 @@ func BenchmarkReport(b *testing.B) {
 }
 
 func benchReports(b *testing.B, envoys, buckets int) {
-	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "bench.yaml", Data: []byte(benchConfig)})
+	// scripts/bench.sh's limits: two levels, large.
+	data, err := os.ReadFile("../../scripts/bench.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, _, err := descriptors.Parse(descriptors.Source{Name: "bench.yaml", Data: data})
 	if err != nil {
 		b.Fatal(err)
 	}

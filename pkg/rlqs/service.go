@@ -87,7 +87,7 @@ const (
 	DefaultAbandonAfter        = 10 * time.Minute
 	DefaultMaxStreams          = 10000
 	DefaultMaxBuckets          = 10000
-	DefaultMaxTotalBuckets     = 20000 // about 1.5 KiB each with two levels, in all 30 MiB
+	DefaultMaxTotalBuckets     = 100000 // about 2 KiB each with two levels (docs/rlqs.md, Memory): 200 MiB at most
 	DefaultMaxBucketsPerReport = 10000
 	DefaultMaxEntries          = 32
 	DefaultMaxEntryBytes       = 4096

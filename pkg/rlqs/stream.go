@@ -57,60 +57,65 @@ type answer struct {
 	actions int
 }
 
-// received is what the stream's reader passes on: a report, or the end.
-type received struct {
-	r   *report
-	err error
-}
-
-// serve reads reports and answers each until the stream ends.
+// serve reads reports and answers each until the stream ends. A report
+// is read, served and answered on one goroutine, without a hand-off per
+// report; the handler's own waits for the stream's end, the client's or
+// the service's, and once a report being served is answered, returns.
 func (st *stream) serve(ss grpc.ServerStream) error {
 	ctx := ss.Context()
-	reports := make(chan received)
+	var (
+		mu      sync.Mutex // held while a report is served
+		stopped bool       // the handler has returned: serve no more
+	)
+	ended := make(chan error, 1)
 	go func() {
 		for {
 			var m rawgrpc.Message
-			err := ss.RecvMsg(&m)
-			var r *report
-			if err == nil {
-				if r, err = parseReport(m.Bytes); err != nil {
-					err = badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
-				}
-			}
-			select {
-			case reports <- received{r, err}:
-			case <-ctx.Done():
+			if err := ss.RecvMsg(&m); err != nil {
+				ended <- err
 				return
 			}
+			mu.Lock()
+			if stopped {
+				mu.Unlock()
+				return
+			}
+			err := st.serveReport(ctx, ss, m.Bytes)
+			mu.Unlock()
 			if err != nil {
+				ended <- err
 				return
 			}
 		}
 	}()
-	for {
-		select {
-		case <-st.svc.closing:
-			return errClosing
-		case <-ctx.Done():
-			return ctx.Err()
-		case got := <-reports:
-			switch {
-			case got.err == io.EOF:
-				return nil
-			case got.err != nil:
-				return got.err
-			}
-			a, err := st.report(ctx, got.r)
-			if err != nil {
-				return err
-			}
-			if a.actions > 0 {
-				if err := ss.SendMsg(&rawgrpc.Message{Bytes: a.msg}); err != nil {
-					return err
-				}
-			}
+	var err error
+	select {
+	case <-st.svc.closing:
+		err = errClosing
+	case <-ctx.Done():
+		err = ctx.Err()
+	case err = <-ended:
+		if err == io.EOF {
+			err = nil
 		}
 	}
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	return err
+}
+
+// serveReport reads one report, serves it and sends its answer.
+func (st *stream) serveReport(ctx context.Context, ss grpc.ServerStream, msg []byte) error {
+	r, err := parseReport(msg)
+	if err != nil {
+		return badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
+	}
+	a, err := st.report(ctx, r)
+	if err != nil || a.actions == 0 {
+		return err
+	}
+	return ss.SendMsg(&rawgrpc.Message{Bytes: a.msg})
 }
 
 // report serves one usage report: the buckets it names subscribe, their

@@ -196,6 +196,11 @@ func walk(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, n
 	return nil
 }
 
+// maxActionTail is the most bytes a BucketAction takes beside its
+// BucketId's: the tags and lengths, a TTL and a token bucket of the
+// largest values.
+const maxActionTail = 64
+
 // appendAction appends one BucketAction, as field bucket_action of a
 // RateLimitQuotaResponse: the BucketId as the Envoy sent it, and the
 // assignment, or an abandon if abandon.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +196,18 @@ func FuzzParseReport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestActionTailBound: an action of the largest values takes at most
+// maxActionTail bytes beside its BucketId, which answers are sized by.
+func TestActionTailBound(t *testing.T) {
+	id := make([]byte, 300) // a length of two bytes
+	for _, a := range []Assignment{
+		{Kind: TokenBucket, MaxTokens: math.MaxUint32, TokensPerFill: math.MaxUint32, FillInterval: math.MaxInt64, TTL: math.MaxInt64},
+		{Kind: DenyAll, TTL: math.MaxInt64},
+	} {
+		if n := len(appendAction(nil, id, a, false)) - len(id); n > maxActionTail {
+			t.Errorf("%+v: %d bytes beside the BucketId, more than %d", a, n, maxActionTail)
+		}
+	}
 }
