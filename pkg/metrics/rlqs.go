@@ -14,8 +14,11 @@ type quotaMetrics struct {
 	reports     prometheus.Counter
 	reported    prometheus.Counter
 	assignments *prometheus.CounterVec
-	abandons    prometheus.Counter
-	failures    prometheus.Counter
+	// assigned are assignments' counters by kind and changed, looked up
+	// once: an answer counts one per bucket.
+	assigned map[string][2]prometheus.Counter
+	abandons prometheus.Counter
+	failures prometheus.Counter
 }
 
 // RLQS returns the Rate Limit Quota Service's metrics, registered with the
@@ -36,10 +39,9 @@ func (m *Metrics) RLQS() rlqs.Observer {
 			Help: "RLQS reports the store or the registry could not serve, answered by the failure mode."}),
 	}
 	m.registry.MustRegister(q.reports, q.reported, q.assignments, q.abandons, q.failures)
+	q.assigned = map[string][2]prometheus.Counter{}
 	for _, kind := range []string{"token_bucket", "allow_all", "deny_all"} {
-		for _, changed := range []bool{true, false} {
-			q.assignments.WithLabelValues(kind, strconv.FormatBool(changed))
-		}
+		q.assigned[kind] = [2]prometheus.Counter{q.assignments.WithLabelValues(kind, "false"), q.assignments.WithLabelValues(kind, "true")}
 	}
 	return q
 }
@@ -54,7 +56,16 @@ func (q *quotaMetrics) Assigned(kind string, changed bool) {
 		q.abandons.Inc()
 		return
 	}
-	q.assignments.WithLabelValues(kind, strconv.FormatBool(changed)).Inc()
+	c, ok := q.assigned[kind]
+	if !ok {
+		q.assignments.WithLabelValues(kind, strconv.FormatBool(changed)).Inc()
+		return
+	}
+	i := 0
+	if changed {
+		i = 1
+	}
+	c[i].Inc()
 }
 
 func (q *quotaMetrics) Failed() { q.failures.Inc() }

@@ -148,11 +148,15 @@ func (st *stream) entries(levels []*streamLevel, now time.Time, sc *scratch) []E
 		}
 		out = append(out, e)
 	}
+	// RLS calls are a subscriber while they come, and for as long after
+	// as an Envoy's entry lasts without a report: then their entry
+	// expires, and their idle floor goes back to the others.
+	ttl := st.entryTTL()
 	for _, sl := range levels {
 		if sl.usage == nil {
 			continue
 		}
-		if rate, last := sl.usage.perSecond(now); rate > 0 || !last.IsZero() {
+		if rate, last := sl.usage.perSecond(now); rate > 0 || (!last.IsZero() && now.Sub(last) < ttl) {
 			out = append(out, Entry{Level: sl.key, Instance: st.rlsInstance, Rate: sl.rate, Demand: rate, Active: last.UnixMicro()})
 		}
 	}

@@ -40,8 +40,9 @@ type stream struct {
 	// orphans are charges owed on levels no bucket meets any more, for
 	// the next report's call.
 	orphans []limit.Bucket
-	// batch and touched are a report's buckets and levels, kept for the
-	// next report.
+	// parsed, batch and touched are a report as read, its buckets and its
+	// levels, kept for the next report.
+	parsed  report
 	batch   []*sub
 	touched []*streamLevel
 	// full is set once a report found the stream at its bucket cap, so
@@ -107,11 +108,12 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 
 // serveReport reads one report, serves it and sends its answer.
 func (st *stream) serveReport(ctx context.Context, ss grpc.ServerStream, msg []byte) error {
-	r, err := parseReport(msg)
+	r, err := parseReportInto(msg, &st.parsed)
 	if err != nil {
 		return badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
 	}
 	a, err := st.report(ctx, r)
+	clear(r.usages) // their BucketIds are the message's: let it go
 	if err != nil || a.actions == 0 {
 		return err
 	}

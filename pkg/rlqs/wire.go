@@ -66,7 +66,12 @@ const (
 // it does not know are skipped, and a field given twice counts as protobuf
 // counts it (the last scalar; messages merged).
 func parseReport(b []byte) (*report, error) {
-	r := &report{}
+	return parseReportInto(b, &report{})
+}
+
+// parseReportInto is parseReport into r, whose usages' space it reuses.
+func parseReportInto(b []byte, r *report) (*report, error) {
+	r.domain, r.usages = "", r.usages[:0]
 	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		switch {
 		case num == reportsDomain && typ == protowire.BytesType:

@@ -74,6 +74,7 @@ const (
 
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
+	states        sync.Pool // of *[]limit.State, for large calls
 	shards        []shard
 	mask          uint64
 	perShard      int   // buckets
@@ -157,6 +158,7 @@ func New(opts Options) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]entry)
 	}
+	s.states.New = func() any { return new([]limit.State) }
 	s.clock = opts.Clock
 	if err := s.openSnapshot(opts.Snapshot); err != nil {
 		return nil, err
@@ -209,6 +211,14 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 
 	us := now.UnixMicro()
 	states := stateBuf[:0]
+	if len(buckets) > len(stateBuf) {
+		// A large call (an RLQS report's charges): its states come from a
+		// pool, not a new array each time.
+		p := s.states.Get().(*[]limit.State)
+		defer s.states.Put(p)
+		states = (*p)[:0]
+		defer func() { *p = states[:0] }()
+	}
 	for i, b := range buckets {
 		states = append(states, s.shards[ids[i]].state(b, us))
 	}
