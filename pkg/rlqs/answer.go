@@ -45,7 +45,12 @@ func (st *stream) answer(ctx context.Context, batch []*sub, levels []*streamLeve
 	defer st.mu.Unlock()
 	// The stream's own entries come first, one a level, in order.
 	for i, sl := range levels {
-		sl.mine, sl.latest = entries[i].Share, entries[i].Latest
+		e := &entries[i]
+		sl.mine, sl.latest = e.Share, e.Latest
+		sl.mineLv, sl.mineH = e.lv, e.h
+		if sl.rlsAt >= 0 {
+			sl.rlsLv, sl.rlsH = entries[sl.rlsAt].lv, entries[sl.rlsAt].h
+		}
 	}
 	st.divide(levels)
 	size := 0

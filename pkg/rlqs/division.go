@@ -10,8 +10,10 @@ import (
 // levelState is one level as a replica divides it: its subscribers here,
 // the other replicas' records, and the last division.
 type levelState struct {
-	rate float64
-	subs holders // this replica's subscribers
+	owner *MemoryRegistry // the registry that holds it
+	level string          // its key there
+	rate  float64
+	subs  holders // this replica's subscribers
 
 	others      []Group // the other replicas' subscribers, as their records group them
 	othersCount float64
@@ -71,8 +73,8 @@ type Division struct {
 	At time.Time
 }
 
-func newLevelState() *levelState {
-	return &levelState{expires: math.MaxInt64}
+func newLevelState(owner *MemoryRegistry, level string) *levelState {
+	return &levelState{owner: owner, level: level, expires: math.MaxInt64}
 }
 
 // stale reports whether the division needs working out anew at now:
@@ -87,7 +89,10 @@ func (lv *levelState) put(e *Entry, until int64) (joined bool) {
 	if lv.rate != e.Rate {
 		lv.rate, lv.dirty = e.Rate, true
 	}
-	h := lv.subs.get(e.Instance)
+	h := e.h // a hint record checked
+	if h == nil {
+		h = lv.subs.get(e.Instance)
+	}
 	if h == nil {
 		h = &held{instance: e.Instance, counted: unknown}
 		lv.subs.add(h)
@@ -270,6 +275,37 @@ func (hs *holders) add(h *held) {
 	case len(hs.list) > indexFrom:
 		hs.reindex()
 	}
+}
+
+// remove removes the subscriber of instance, if there, marking it gone:
+// the last takes its place.
+func (hs *holders) remove(instance string) bool {
+	i := -1
+	if hs.index != nil {
+		if j, ok := hs.index[instance]; ok {
+			i = j
+		}
+	} else {
+		i = slices.IndexFunc(hs.list, func(h *held) bool { return h.instance == instance })
+	}
+	if i < 0 {
+		return false
+	}
+	hs.list[i].gone = true
+	last := len(hs.list) - 1
+	hs.list[i] = hs.list[last]
+	hs.list[last] = nil
+	hs.list = hs.list[:last]
+	if hs.index != nil {
+		delete(hs.index, instance)
+		if i < last {
+			hs.index[hs.list[i].instance] = i
+		}
+		if len(hs.list) <= indexFrom {
+			hs.index = nil
+		}
+	}
+	return true
 }
 
 // keep keeps the subscribers for which f is true, and marks the others

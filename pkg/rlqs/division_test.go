@@ -192,3 +192,45 @@ func TestDivisionNeverOvercommits(t *testing.T) {
 		}
 	}
 }
+
+// TestHolders: subscribers added, found, removed and kept, across the
+// length from which they are indexed, always agree with a map.
+func TestHolders(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var hs holders
+	want := map[string]*held{}
+	for step := range 20000 {
+		inst := fmt.Sprintf("i%d", rng.IntN(24))
+		switch rng.IntN(4) {
+		case 0, 1:
+			if hs.get(inst) == nil {
+				h := &held{instance: inst}
+				hs.add(h)
+				want[inst] = h
+			}
+		case 2:
+			if hs.remove(inst) != (want[inst] != nil) {
+				t.Fatalf("step %d: remove(%s) disagrees", step, inst)
+			}
+			if h := want[inst]; h != nil && !h.gone {
+				t.Fatalf("step %d: %s removed but not marked gone", step, inst)
+			}
+			delete(want, inst)
+		default:
+			drop := rng.IntN(24)
+			hs.keep(func(h *held) bool { return h.instance != fmt.Sprintf("i%d", drop) })
+			delete(want, fmt.Sprintf("i%d", drop))
+		}
+		if hs.len() != len(want) {
+			t.Fatalf("step %d: %d held, want %d", step, hs.len(), len(want))
+		}
+		for inst, h := range want {
+			if hs.get(inst) != h {
+				t.Fatalf("step %d: %s not found", step, inst)
+			}
+		}
+		if (hs.index != nil) != (hs.len() > indexFrom) {
+			t.Fatalf("step %d: %d held, indexed %v", step, hs.len(), hs.index != nil)
+		}
+	}
+}

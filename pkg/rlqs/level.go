@@ -27,6 +27,13 @@ type streamLevel struct {
 	round uint64
 	// usage counts the RLS calls on it, if they are counted.
 	usage *usageCount
+	// mineLv, mineH and rlsLv, rlsH are where the registry put the
+	// stream's entry and the RLS calls' at the last publish (hints for the
+	// next); rlsAt is the RLS entry's place in the report's entries (-1:
+	// none).
+	mineLv, rlsLv *levelState
+	mineH, rlsH   *held
+	rlsAt         int
 	// mine is the stream's share, all its buckets there together, and
 	// latest the latest request reported there on any replica, Unix
 	// microseconds: both as of the last report.
@@ -141,7 +148,7 @@ func (st *stream) entries(levels []*streamLevel, now time.Time, sc *scratch) []E
 	defer st.mu.Unlock()
 	out := slices.Grow(sc.entries[:0], 2*len(levels))
 	for _, sl := range levels {
-		e := Entry{Level: sl.key, Instance: st.instance, Rate: sl.rate}
+		e := Entry{Level: sl.key, Instance: st.instance, Rate: sl.rate, lv: sl.mineLv, h: sl.mineH}
 		for _, ls := range sl.subs {
 			e.Demand += ls.b.cappedDemand(ls.i)
 			e.Active = max(e.Active, ls.b.active.UnixMicro())
@@ -153,11 +160,14 @@ func (st *stream) entries(levels []*streamLevel, now time.Time, sc *scratch) []E
 	// expires, and their idle floor goes back to the others.
 	ttl := st.entryTTL()
 	for _, sl := range levels {
+		sl.rlsAt = -1
 		if sl.usage == nil {
 			continue
 		}
 		if rate, last := sl.usage.perSecond(now); rate > 0 || (!last.IsZero() && now.Sub(last) < ttl) {
-			out = append(out, Entry{Level: sl.key, Instance: st.rlsInstance, Rate: sl.rate, Demand: rate, Active: last.UnixMicro()})
+			sl.rlsAt = len(out)
+			out = append(out, Entry{Level: sl.key, Instance: st.rlsInstance, Rate: sl.rate, Demand: rate, Active: last.UnixMicro(),
+				lv: sl.rlsLv, h: sl.rlsH})
 		}
 	}
 	sc.entries = out

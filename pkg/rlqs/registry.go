@@ -33,7 +33,8 @@ type Entry struct {
 	Latest int64
 
 	// lv and h are where a MemoryRegistry's publish recorded it, for the
-	// shares it reads back in the same publish.
+	// shares it reads back in the same publish; given again with the next
+	// publish of the same instance and level, they spare it two lookups.
 	lv *levelState
 	h  *held
 }
@@ -62,7 +63,7 @@ type Registry interface {
 // reaches each Envoy at its next report after: within two report
 // intervals, the shortest being a second. A subscriber new since counts
 // at once, as wanting all it can get.
-const DefaultDivideEvery = 500 * time.Millisecond
+const DefaultDivideEvery = time.Second
 
 // MemoryRegistry is a Registry in process, for one replica: the memory
 // store's, the one the failure mode local falls back to, and the one a
@@ -99,11 +100,18 @@ func (m *MemoryRegistry) record(now time.Time, ttl time.Duration, entries []Entr
 	for i := range entries {
 		e := &entries[i]
 		lv := last
-		if lv == nil || (i > 0 && entries[i-1].Level != e.Level) {
+		switch {
+		case e.lv != nil && e.lv.owner == m && e.h != nil && !e.h.gone && e.h.instance == e.Instance && e.lv.level == e.Level:
+			// Where this registry put it last time, still there: no lookup.
+			lv = e.lv
+		case lv == nil || (i > 0 && entries[i-1].Level != e.Level):
+			e.h = nil
 			if lv = m.levels[e.Level]; lv == nil {
-				lv = newLevelState()
+				lv = newLevelState(m, e.Level)
 				m.levels[e.Level] = lv
 			}
+		default:
+			e.h = nil
 		}
 		last = lv
 		e.lv = lv
@@ -163,13 +171,9 @@ func (m *MemoryRegistry) Withdraw(_ context.Context, instance string, levels []s
 		if lv == nil {
 			continue
 		}
-		lv.subs.keep(func(h *held) bool {
-			if h.instance == instance {
-				lv.dirty = true
-				return false
-			}
-			return true
-		})
+		if lv.subs.remove(instance) {
+			lv.dirty = true
+		}
 		if lv.subs.len() == 0 {
 			delete(m.levels, l)
 		}
