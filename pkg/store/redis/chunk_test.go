@@ -126,8 +126,12 @@ func hugeLetsOthersIn(t *testing.T, connect ClientOptions, nodes []*goredis.Clie
 			}
 		}
 	}
+	// Each Apply charged every bucket once. When it ran twice (a
+	// measurement made again), a second may have passed between them: a
+	// leaky bucket leaked a unit, a fixed window may have started anew.
 	for i, r := range results {
-		if !r.Admitted || r.Remaining != buckets[i].Limit.Size-int64(applied) {
+		size := buckets[i].Limit.Size
+		if !r.Admitted || r.Remaining < size-int64(applied) || r.Remaining > size-1 {
 			t.Fatalf("bucket %d (%v): %+v after %d requests of one hit", i, buckets[i].Limit, r, applied)
 		}
 	}

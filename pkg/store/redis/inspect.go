@@ -97,17 +97,28 @@ func (s *Store) Reset(ctx context.Context, keys []string) error {
 	if err != nil {
 		return fmt.Errorf("redis store: deleting buckets: %w", err)
 	}
-	msg, err := json.Marshal(keys)
-	if err != nil {
-		return fmt.Errorf("redis store: %w", err)
-	}
 	// After the DEL, so that a replica told of the reset finds the
-	// buckets gone.
-	if err := c.Publish(ctx, s.resetChannel, msg).Err(); err != nil {
+	// buckets gone. In messages of resetMessageKeys: one message of every
+	// key held Redis (and, on a Cluster, every node it is sent to) for
+	// tens of milliseconds at 40,000 keys.
+	_, err = c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for start := 0; start < len(keys); start += resetMessageKeys {
+			msg, err := json.Marshal(keys[start:min(start+resetMessageKeys, len(keys))])
+			if err != nil {
+				return err
+			}
+			p.Publish(ctx, s.resetChannel, msg)
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redis store: the buckets are reset, but telling the other replicas failed: %w", err)
 	}
 	return nil
 }
+
+// resetMessageKeys is the most keys one reset message names.
+const resetMessageKeys = 500
 
 // resubscribeCheck is how often WatchResets looks whether the store's
 // client was replaced (after an outage), and pings its subscription.

@@ -151,6 +151,21 @@ func TestWatchResets(t *testing.T) {
 		t.Fatal(err)
 	}
 	fb.waitFor(t, "the next reset", func() bool { return len(fb.keys) == 2 })
+
+	// A reset of more keys than one message names arrives whole, in order.
+	many := make([]string, 2*resetMessageKeys+500)
+	for i := range many {
+		many[i] = fmt.Sprintf("api|u=%d", i)
+	}
+	if err := a.Reset(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	fb.waitFor(t, "a reset of many keys", func() bool { return len(fb.keys) == 5 })
+	fb.mu.Lock()
+	if got := slices.Concat(fb.keys[2:]...); !slices.Equal(got, many) {
+		t.Errorf("a reset of %d keys arrived as %d keys in %d messages", len(many), len(got), len(fb.keys)-2)
+	}
+	fb.mu.Unlock()
 	fother.mu.Lock()
 	defer fother.mu.Unlock()
 	if len(fother.keys) != 0 {
