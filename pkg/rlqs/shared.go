@@ -54,6 +54,10 @@ type SharedRegistry struct {
 type seenLevel struct {
 	at   time.Time // zero until the first exchange answers
 	busy bool      // an exchange of it is on its way
+	// again: it changed here (a stream left, or joined) while busy: the
+	// exchange on its way sends it once more when it ends, so a fleet
+	// leaving together costs two exchanges, not one each.
+	again bool
 	// round is the last publish that looked at it.
 	round uint64
 }
@@ -88,6 +92,9 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 			continue // a level of several entries: looked at once
 		}
 		s.round = r.round
+		if s.busy && joined[level] {
+			s.again = true
+		}
 		// A level being exchanged by another call is read from the last
 		// exchange, unless there was none. One that gained a subscriber
 		// here goes at once: the others must count it before they hand
@@ -109,31 +116,44 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 }
 
 // exchange sends this replica's records of levels to the board and keeps
-// the others' there.
+// the others' there; then once more those that changed meanwhile.
 func (r *SharedRegistry) exchange(ctx context.Context, now time.Time, levels []string) error {
-	got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
-	if err == nil {
-		r.local.setOthers(got)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, level := range levels {
-		s := r.seen[level]
-		if s == nil { // swept meanwhile
-			s = &seenLevel{}
-			r.seen[level] = s
-		}
-		s.busy = false
+	for {
+		got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
 		if err == nil {
-			s.at = now
+			r.local.setOthers(got)
 		}
+		r.mu.Lock()
+		again := levels[:0:0]
+		for _, level := range levels {
+			s := r.seen[level]
+			if s == nil { // swept meanwhile
+				s = &seenLevel{}
+				r.seen[level] = s
+			}
+			if err == nil {
+				s.at = now
+			}
+			if err == nil && s.again {
+				s.again = false
+				again = append(again, level) // still busy
+				continue
+			}
+			s.busy, s.again = false, false
+		}
+		now = r.last
+		r.mu.Unlock()
+		if err != nil || len(again) == 0 {
+			return err
+		}
+		levels = again
 	}
-	return err
 }
 
 // Withdraw implements Registry: the instance leaves this replica's
-// subscribers, and the levels' records are exchanged at once, so the
-// other replicas see it gone at their next exchange.
+// subscribers, and the levels' records are exchanged at once (or, those
+// being exchanged, right after), so the other replicas see it gone at
+// their next exchange.
 func (r *SharedRegistry) Withdraw(ctx context.Context, instance string, levels []string) error {
 	if len(levels) == 0 {
 		return nil
@@ -141,12 +161,25 @@ func (r *SharedRegistry) Withdraw(ctx context.Context, instance string, levels [
 	_ = r.local.Withdraw(ctx, instance, levels) // in process: no error
 	r.mu.Lock()
 	now := r.last
-	r.mu.Unlock()
-	got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
-	if err == nil {
-		r.local.setOthers(got)
+	var due []string
+	for _, level := range levels {
+		s := r.seen[level]
+		if s == nil {
+			s = &seenLevel{}
+			r.seen[level] = s
+		}
+		if s.busy {
+			s.again = true
+			continue
+		}
+		s.busy = true
+		due = append(due, level)
 	}
-	return err
+	r.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	return r.exchange(ctx, now, due)
 }
 
 // Summary implements Registry.

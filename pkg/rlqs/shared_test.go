@@ -178,3 +178,68 @@ func TestSharedRegistryBoardDown(t *testing.T) {
 	b.failing = false
 	rlqstest.Check(t, "back", publishAt(t, ra, 1100*time.Millisecond, rlqstest.Entry(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 70}})
 }
+
+// gatedBoard holds every exchange until open is closed, once hold is set.
+type gatedBoard struct {
+	*mapBoard
+	hold    bool
+	waiting chan struct{} // an exchange is held
+	open    chan struct{}
+}
+
+func (g *gatedBoard) Exchange(ctx context.Context, now time.Time, replica string, shelves []rlqs.Shelf) (map[string][]rlqs.Record, error) {
+	if g.hold {
+		select {
+		case g.waiting <- struct{}{}:
+		default:
+		}
+		<-g.open
+	}
+	return g.mapBoard.Exchange(ctx, now, replica, shelves)
+}
+
+// TestSharedRegistryFleetLeaves: streams leaving together while their
+// level is being exchanged cost one more exchange in all, not one each,
+// and the board ends up without any of them.
+func TestSharedRegistryFleetLeaves(t *testing.T) {
+	const level, streams = "api|u=a", 100
+	b := &gatedBoard{mapBoard: newMapBoard(), waiting: make(chan struct{}, 1), open: make(chan struct{})}
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	for s := range streams {
+		publishAt(t, ra, 0, rlqstest.Entry(level, fmt.Sprintf("a%d", s), 1, 0))
+	}
+	publishAt(t, rb, 0, rlqstest.Entry(level, "b", inf, 0))
+	before, _ := b.counts()
+	b.hold = true
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for s := range streams {
+		wg.Go(func() { errs <- ra.Withdraw(context.Background(), fmt.Sprintf("a%d", s), []string{level}) })
+		if s == 0 {
+			<-b.waiting // the first withdrawal's exchange is on its way
+		}
+	}
+	// Every other withdrawal returns while the first exchange is held.
+	for n := range streams - 1 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			close(b.open)
+			t.Fatalf("after 10s, %d of %d withdrawals returned while an exchange was on its way: each waits for one of its own", n, streams-1)
+		}
+	}
+	b.hold = false
+	close(b.open)
+	wg.Wait()
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := b.counts(); after-before != 2 {
+		t.Errorf("%d streams left in %d exchanges, want 2", streams, after-before)
+	}
+	// b alone on the level: the whole limit.
+	rlqstest.Check(t, "after the fleet left", publishAt(t, rb, 1100*time.Millisecond, rlqstest.Entry(level, "b", inf, 0)), rlqstest.Shares{level: {"b": 100}})
+}
