@@ -107,7 +107,7 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	r.sweep(now)
 	r.mu.Unlock()
 	if len(due) > 0 {
-		if err := r.exchange(ctx, now, due); err != nil {
+		if err := r.exchange(ctx, now, due); err != nil && !r.heldSince(due, now.Add(-ttl)) {
 			return err
 		}
 	}
@@ -115,39 +115,75 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	return nil
 }
 
-// exchange sends this replica's records of levels to the board and keeps
-// the others' there; then once more those that changed meanwhile.
-func (r *SharedRegistry) exchange(ctx context.Context, now time.Time, levels []string) error {
-	for {
-		got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
-		if err == nil {
-			r.local.setOthers(got)
+// heldSince reports whether every level was exchanged at since or later:
+// then a failed exchange is read from the last, as a level being exchanged
+// by another call is, rather than failing a report over one slow call.
+func (r *SharedRegistry) heldSince(levels []string, since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, level := range levels {
+		if s := r.seen[level]; s == nil || s.at.IsZero() || s.at.Before(since) {
+			return false
 		}
-		r.mu.Lock()
-		again := levels[:0:0]
-		for _, level := range levels {
-			s := r.seen[level]
-			if s == nil { // swept meanwhile
-				s = &seenLevel{}
-				r.seen[level] = s
-			}
-			if err == nil {
-				s.at = now
-			}
-			if err == nil && s.again {
-				s.again = false
-				again = append(again, level) // still busy
-				continue
-			}
-			s.busy, s.again = false, false
-		}
-		now = r.last
-		r.mu.Unlock()
-		if err != nil || len(again) == 0 {
-			return err
-		}
-		levels = again
 	}
+	return true
+}
+
+// exchange sends this replica's records of levels to the board and keeps
+// the others' there. Those that changed here meanwhile are sent once more
+// in the background, so that no caller's answer waits for a stream of
+// joins or withdrawals it has no part in.
+func (r *SharedRegistry) exchange(ctx context.Context, now time.Time, levels []string) error {
+	again, err := r.exchangeOnce(ctx, now, levels)
+	if len(again) > 0 {
+		go r.exchangeAgain(again)
+	}
+	return err
+}
+
+// againTimeout bounds an exchange made again in the background: the
+// longest a report's own calls may take.
+const againTimeout = 5 * time.Second
+
+// exchangeAgain exchanges levels until none changed while it did.
+func (r *SharedRegistry) exchangeAgain(levels []string) {
+	for len(levels) > 0 {
+		r.mu.Lock()
+		now := r.last
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), againTimeout)
+		levels, _ = r.exchangeOnce(ctx, now, levels)
+		cancel()
+	}
+}
+
+// exchangeOnce makes one exchange of levels, marked busy, and returns
+// those that changed here while it was on its way, still busy: the caller
+// exchanges them again.
+func (r *SharedRegistry) exchangeOnce(ctx context.Context, now time.Time, levels []string) (again []string, err error) {
+	got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
+	if err == nil {
+		r.local.setOthers(got)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, level := range levels {
+		s := r.seen[level]
+		if s == nil { // swept meanwhile
+			s = &seenLevel{}
+			r.seen[level] = s
+		}
+		if err == nil {
+			s.at = now
+		}
+		if err == nil && s.again {
+			s.again = false
+			again = append(again, level)
+			continue
+		}
+		s.busy, s.again = false, false
+	}
+	return again, err
 }
 
 // Withdraw implements Registry: the instance leaves this replica's

@@ -237,9 +237,36 @@ func TestSharedRegistryFleetLeaves(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatal(err)
 	}
+	// The second exchange runs in the background: wait for it, then a
+	// moment more for any beyond it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if after, _ := b.counts(); after-before >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
 	if after, _ := b.counts(); after-before != 2 {
 		t.Errorf("%d streams left in %d exchanges, want 2", streams, after-before)
 	}
 	// b alone on the level: the whole limit.
 	rlqstest.Check(t, "after the fleet left", publishAt(t, rb, 1100*time.Millisecond, rlqstest.Entry(level, "b", inf, 0)), rlqstest.Shares{level: {"b": 100}})
+}
+
+// TestSharedRegistryRidesOutAFailedExchange: once a level was exchanged,
+// a failed exchange is read from the last one for as long as its entries
+// live (the TTL), and fails the publish beyond.
+func TestSharedRegistryRidesOutAFailedExchange(t *testing.T) {
+	const level = "api|u=a"
+	b := newMapBoard()
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	publishAt(t, rb, 0, rlqstest.Entry(level, "b", 30, 0))
+	publishAt(t, ra, 0, rlqstest.Entry(level, "a", inf, 0))
+	b.failing = true
+	rlqstest.Check(t, "an exchange failed 2 s after the last", publishAt(t, ra, 2*time.Second, rlqstest.Entry(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 70}})
+	if b.exchanges != 2 {
+		t.Fatalf("%d exchanges, want 2: the failed one is not counted", b.exchanges)
+	}
+	if err := ra.Publish(context.Background(), rlqstest.T0.Add(11*time.Second), 10*time.Second, []rlqs.Entry{rlqstest.Entry(level, "a", inf, 0)}); err == nil {
+		t.Fatal("a publish 11 s after the last exchange, of entries living 10 s, succeeded with the board down")
+	}
 }
