@@ -299,9 +299,9 @@ func startsWith(t *testing.T, args []string, dir string) {
 			value = dir
 		case "-grpc-addr", "-http-addr":
 			value = "127.0.0.1:0"
-		case "-redis-password-file":
+		case "-redis-password-file", "-redis-persecond-password-file":
 			value = secret
-		case "-redis-tls-ca":
+		case "-redis-tls-ca", "-redis-persecond-tls-ca", "-memcached-tls-ca":
 			continue // the mounted CA: not here
 		case "-memory-snapshot", "-memory-snapshot-interval":
 			if !snapshots {

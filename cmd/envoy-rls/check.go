@@ -13,14 +13,15 @@ import (
 // to stderr as file:line: field: message (a syntax error's followed by its
 // line and a caret), a summary to stdout.
 //
-// It reads -rate-limit-algorithm, -charge and -match (or their RLS_
-// variables) as serve does, since what a file means depends on them.
+// It reads -rate-limit-algorithm, -charge, -match, -merge-domains and
+// -config-dotfiles (or their RLS_ variables) as serve does, since what a
+// file means depends on them.
 func (a *app) checkConfig(args []string) int {
 	fs := flag.NewFlagSet("envoy-rls check-config", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	cf := newConfigFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] PATH")
+		fmt.Fprintln(a.stderr, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-merge-domains] [-config-dotfiles] PATH")
 		fs.PrintDefaults()
 	}
 	if err := parseArgs(fs, args); err != nil {

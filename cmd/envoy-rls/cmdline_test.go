@@ -64,7 +64,7 @@ func TestWrongFlagValuesAreShort(t *testing.T) {
 			"run 'envoy-rls -h' for every flag\n"},
 		{[]string{"-sync-interval", "abc"}, "envoy-rls: invalid value \"abc\" for flag -sync-interval: parse error\n" +
 			"run 'envoy-rls -h' for every flag\n"},
-		{[]string{"-store", "etcd"}, "envoy-rls: invalid value \"etcd\" for flag -store: want memory or redis\n" +
+		{[]string{"-store", "etcd"}, "envoy-rls: invalid value \"etcd\" for flag -store: want memory, redis or memcached\n" +
 			"run 'envoy-rls -h' for every flag\n"},
 		{[]string{"-admin-addr", "", "-pprof"}, "envoy-rls: -pprof serves on the admin address: it needs -admin-addr\n" +
 			"run 'envoy-rls -h' for every flag\n"},

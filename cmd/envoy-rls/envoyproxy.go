@@ -103,14 +103,23 @@ func (r *envoyReader) given(names ...string) bool {
 
 func (r *envoyReader) addresses() {
 	r.set("http-addr", net.JoinHostPort(r.get("HOST", "0.0.0.0"), r.get("PORT", "8080")))
-	r.set("grpc-addr", net.JoinHostPort(r.get("GRPC_HOST", "0.0.0.0"), r.get("GRPC_PORT", "8081")))
+	if uds := r.get("GRPC_UDS", ""); uds != "" {
+		// As in the reference: the socket instead of GRPC_HOST:GRPC_PORT.
+		if strings.HasPrefix(uds, "/") {
+			r.set("grpc-addr", "unix://"+uds)
+		} else {
+			r.set("grpc-addr", "unix:"+uds)
+		}
+		if r.given("GRPC_HOST", "GRPC_PORT") {
+			r.warn("GRPC_HOST", "GRPC_HOST and GRPC_PORT are not read with GRPC_UDS, as in envoyproxy/ratelimit: gRPC is served on the socket only")
+		}
+	} else {
+		r.set("grpc-addr", net.JoinHostPort(r.get("GRPC_HOST", "0.0.0.0"), r.get("GRPC_PORT", "8081")))
+	}
 	// The debug port serves the config and profiles: it stays on loopback
 	// unless asked for, where the reference listens on every address.
 	if r.given("DEBUG_HOST", "DEBUG_PORT") {
 		r.set("admin-addr", net.JoinHostPort(r.get("DEBUG_HOST", "0.0.0.0"), r.get("DEBUG_PORT", "6070")))
-	}
-	if r.given("GRPC_UDS") {
-		r.fail("GRPC_UDS", "a Unix socket for gRPC is not supported: use GRPC_HOST and GRPC_PORT")
 	}
 	r.copy("GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age")
 	r.copy("GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace")
@@ -121,14 +130,16 @@ func (r *envoyReader) tls() {
 		r.copy("GRPC_SERVER_TLS_CERT", "grpc-tls-cert")
 		r.copy("GRPC_SERVER_TLS_KEY", "grpc-tls-key")
 		r.copy("GRPC_CLIENT_TLS_CACERT", "grpc-tls-client-ca")
-	} else if r.given("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT") {
+		if r.given("GRPC_CLIENT_TLS_CACERT") {
+			r.copy("GRPC_CLIENT_TLS_SAN", "grpc-tls-client-san")
+		} else if r.given("GRPC_CLIENT_TLS_SAN") {
+			r.warn("GRPC_CLIENT_TLS_SAN", "not checked without GRPC_CLIENT_TLS_CACERT, as in envoyproxy/ratelimit: no client certificate is asked for")
+		}
+	} else if r.given("GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN") {
 		r.warn("GRPC_SERVER_TLS_CERT", "not read without GRPC_SERVER_USE_TLS=true, as in envoyproxy/ratelimit: gRPC is served without TLS")
 	}
 	if r.given("GRPC_SERVER_TLS_CA_CERT") {
 		r.warn("GRPC_SERVER_TLS_CA_CERT", "not read, as envoyproxy/ratelimit does not read it: client certificates are required by GRPC_CLIENT_TLS_CACERT only")
-	}
-	if r.given("GRPC_CLIENT_TLS_SAN") {
-		r.fail("GRPC_CLIENT_TLS_SAN", "checking the client certificate's SAN is not supported: any certificate signed by GRPC_CLIENT_TLS_CACERT would be accepted")
 	}
 }
 
@@ -149,9 +160,6 @@ func (r *envoyReader) logs() {
 func (r *envoyReader) config() {
 	switch t := strings.ToUpper(r.get("CONFIG_TYPE", "FILE")); t {
 	case "FILE":
-		if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
-			r.warn("FORCE_START_WITHOUT_INITIAL_CONFIG", "not honoured with CONFIG_TYPE=FILE: a missing or invalid config file at start is an error")
-		}
 	case "GRPC_XDS_SOTW":
 		r.xds()
 	default:
@@ -160,13 +168,20 @@ func (r *envoyReader) config() {
 	r.set("config", path.Join(r.get("RUNTIME_ROOT", "/srv/runtime_data/current"), r.get("RUNTIME_SUBDIRECTORY", ""), r.get("RUNTIME_APPDIRECTORY", "config")))
 	// RUNTIME_WATCH_ROOT chooses what the reference watches (the root, or
 	// the directory under it); envoy-rls watches the config directory and
-	// follows Kubernetes volume swaps either way. Dot files are skipped
-	// always.
-	if !r.on("RUNTIME_IGNOREDOTFILES", false) && r.given("RUNTIME_IGNOREDOTFILES") {
-		r.warn("RUNTIME_IGNOREDOTFILES", "files whose name starts with a dot are skipped always")
+	// follows Kubernetes volume swaps either way. The reference reads dot
+	// files unless told not to; here a Kubernetes volume's ..data and
+	// ..<timestamp> entries are skipped even then (the reference, walking
+	// into them, would read each file twice).
+	if !r.on("RUNTIME_IGNOREDOTFILES", false) {
+		r.set("config-dotfiles", "true")
 	}
 	if r.on("MERGE_DOMAIN_CONFIG", false) {
-		r.fail("MERGE_DOMAIN_CONFIG", "merging one domain from several files is not supported: a domain in two files is an error")
+		r.set("merge-domains", "true")
+	}
+	// With files, as with xDS: start without a config, and take it once
+	// it loads.
+	if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
+		r.set("force-start-without-config", "true")
 	}
 }
 
@@ -183,14 +198,7 @@ func (r *envoyReader) xds() {
 			r.fail("CONFIG_GRPC_XDS_SERVER_USE_TLS", "TLS needs CONFIG_GRPC_XDS_SERVER_TLS_CACERT or a client certificate")
 		}
 	}
-	if r.on("FORCE_START_WITHOUT_INITIAL_CONFIG", false) {
-		r.set("force-start-without-config", "true")
-	}
-	for _, name := range []string{"CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"} {
-		if r.given(name) {
-			r.warn(name, "not supported: not sent to the xDS server")
-		}
-	}
+	r.xdsClient()
 }
 
 func (r *envoyReader) store() {
@@ -198,41 +206,63 @@ func (r *envoyReader) store() {
 	case "redis":
 		r.set("store", "redis")
 	case "memcache":
-		r.fail("BACKEND_TYPE", "memcache is not supported: use redis")
+		r.set("store", "memcached")
+		r.memcache()
 		return
 	default:
-		r.fail("BACKEND_TYPE", "%q: want redis", b)
+		r.fail("BACKEND_TYPE", "%q: want redis or memcache", b)
 		return
 	}
-	if r.on("REDIS_PERSECOND", false) {
-		r.fail("REDIS_PERSECOND", "a second Redis for per-second limits is not supported")
-	}
-	u, err := r.redisURL()
-	if err != nil {
-		r.fail("REDIS_URL", "%v", err)
-		return
-	}
-	r.set("redis-url", u)
-	r.copy("REDIS_POOL_SIZE", "redis-pool-size")
-	r.copy("REDIS_SENTINEL_AUTH", "redis-sentinel-password")
-	r.copy("REDIS_TLS_CLIENT_CERT", "redis-tls-cert")
-	r.copy("REDIS_TLS_CLIENT_KEY", "redis-tls-key")
-	r.copy("REDIS_TLS_CACERT", "redis-tls-ca")
-	r.copy("REDIS_PIPELINE_WINDOW", "redis-pipeline-window")
-	r.copy("REDIS_PIPELINE_LIMIT", "redis-pipeline-limit")
-	if t := r.get("REDIS_TIMEOUT", ""); t != "" {
-		r.set("redis-dial-timeout", t)
-		r.set("redis-read-timeout", t)
+	// The TLS files are the first Redis's unless only the per-second one
+	// speaks TLS (the reference reads one set for both).
+	perSecond := r.on("REDIS_PERSECOND", false)
+	secondTLS := perSecond && r.on("REDIS_PERSECOND_TLS", false)
+	r.redis(firstRedis, r.on("REDIS_TLS", false) || !secondTLS)
+	if perSecond {
+		r.redis(perSecondRedis, secondTLS)
 	}
 	r.copy("CACHE_KEY_PREFIX", "redis-key-prefix")
 }
 
-// redisURL builds -redis-url, and the Sentinel or Cluster flags, from
-// REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL, REDIS_AUTH and REDIS_TLS.
-func (r *envoyReader) redisURL() (string, error) {
-	addr := r.get("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+// redisVars name the variables of one Redis (REDIS_ or REDIS_PERSECOND_)
+// and its flags (-redis- or -redis-persecond-).
+type redisVars struct{ env, flag, socket string }
+
+var (
+	firstRedis     = redisVars{env: "REDIS_", flag: "redis-", socket: "/var/run/nutcracker/ratelimit.sock"}
+	perSecondRedis = redisVars{env: "REDIS_PERSECOND_", flag: "redis-persecond-", socket: "/var/run/nutcracker/ratelimitpersecond.sock"}
+)
+
+// redis sets the flags of one Redis; with tlsFiles, REDIS_TLS_*'s files.
+func (r *envoyReader) redis(v redisVars, tlsFiles bool) {
+	u, err := r.redisURL(v)
+	if err != nil {
+		r.fail(v.env+"URL", "%v", err)
+		return
+	}
+	r.set(v.flag+"url", u)
+	r.copy(v.env+"POOL_SIZE", v.flag+"pool-size")
+	r.copy(v.env+"SENTINEL_AUTH", v.flag+"sentinel-password")
+	if tlsFiles {
+		r.copy("REDIS_TLS_CLIENT_CERT", v.flag+"tls-cert")
+		r.copy("REDIS_TLS_CLIENT_KEY", v.flag+"tls-key")
+		r.copy("REDIS_TLS_CACERT", v.flag+"tls-ca")
+	}
+	r.copy(v.env+"PIPELINE_WINDOW", v.flag+"pipeline-window")
+	r.copy(v.env+"PIPELINE_LIMIT", v.flag+"pipeline-limit")
+	if t := r.get(v.env+"TIMEOUT", ""); t != "" {
+		r.set(v.flag+"dial-timeout", t)
+		r.set(v.flag+"read-timeout", t)
+	}
+}
+
+// redisURL builds one Redis's URL flag, and its Sentinel or Cluster
+// flags, from REDIS_SOCKET_TYPE, REDIS_TYPE, REDIS_URL, REDIS_AUTH and
+// REDIS_TLS (or their REDIS_PERSECOND_ forms).
+func (r *envoyReader) redisURL(v redisVars) (string, error) {
+	addr := r.get(v.env+"URL", v.socket)
 	var user *url.Userinfo
-	if auth := r.get("REDIS_AUTH", ""); auth != "" {
+	if auth := r.get(v.env+"AUTH", ""); auth != "" {
 		// "password", or "user:password".
 		if name, pass, ok := strings.Cut(auth, ":"); ok {
 			user = url.UserPassword(name, pass)
@@ -241,40 +271,40 @@ func (r *envoyReader) redisURL() (string, error) {
 		}
 	}
 	scheme := "redis"
-	if r.on("REDIS_TLS", false) {
+	if r.on(v.env+"TLS", false) {
 		scheme = "rediss"
 	}
 	q := url.Values{}
 	if r.on("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
 		q.Set("skip_verify", "true")
 	}
-	if strings.ToLower(r.get("REDIS_SOCKET_TYPE", "unix")) == "unix" {
-		if r.on("REDIS_TLS", false) {
+	if strings.ToLower(r.get(v.env+"SOCKET_TYPE", "unix")) == "unix" {
+		if r.on(v.env+"TLS", false) {
 			return "", fmt.Errorf("TLS over a Unix socket is not supported")
 		}
 		return (&url.URL{Scheme: "unix", Path: addr, User: user}).String(), nil
 	}
 	nodes := strings.Split(addr, ",")
-	switch t := strings.ToUpper(r.get("REDIS_TYPE", "SINGLE")); t {
+	switch t := strings.ToUpper(r.get(v.env+"TYPE", "SINGLE")); t {
 	case "SINGLE":
 		if len(nodes) > 1 {
-			return "", fmt.Errorf("%q: one host:port for REDIS_TYPE=SINGLE", addr)
+			return "", fmt.Errorf("%q: one host:port for %sTYPE=SINGLE", addr, v.env)
 		}
 	case "SENTINEL":
 		// "master,sentinel:port,sentinel:port"
 		if len(nodes) < 2 {
 			return "", fmt.Errorf("%q: want the master's name, then the sentinels' host:port, comma-separated", addr)
 		}
-		r.set("redis-sentinel-master", nodes[0])
-		r.set("redis-sentinel-addrs", strings.Join(nodes[1:], ","))
+		r.set(v.flag+"sentinel-master", nodes[0])
+		r.set(v.flag+"sentinel-addrs", strings.Join(nodes[1:], ","))
 		nodes = nodes[1:2] // the URL carries the auth and TLS; its host is not dialled
 	case "CLUSTER":
-		r.set("redis-cluster", "true")
+		r.set(v.flag+"cluster", "true")
 		for _, n := range nodes[1:] {
 			q.Add("addr", n)
 		}
 	default:
-		return "", fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", t)
+		return "", fmt.Errorf("%sTYPE=%q: want SINGLE, SENTINEL or CLUSTER", v.env, t)
 	}
 	return (&url.URL{Scheme: scheme, Host: nodes[0], User: user, Path: "/0", RawQuery: q.Encode()}).String(), nil
 }
@@ -284,7 +314,11 @@ func (r *envoyReader) metrics() {
 	if r.on("DISABLE_STATS", false) {
 		return
 	}
+	dog := r.on("USE_DOG_STATSD", false)
 	if r.on("USE_STATSD", true) {
+		if dog {
+			r.fail("USE_DOG_STATSD", "needs USE_STATSD=false, as in envoyproxy/ratelimit: one StatsD sink at a time")
+		}
 		r.set("statsd-addr", net.JoinHostPort(r.get("STATSD_HOST", "localhost"), r.get("STATSD_PORT", "8125")))
 		switch p := strings.ToLower(r.get("STATSD_PROTOCOL", "tcp")); p {
 		case "tcp", "udp":
@@ -299,9 +333,8 @@ func (r *envoyReader) metrics() {
 		r.set("reference-metrics-path", r.get("PROMETHEUS_PATH", "/metrics"))
 		r.copy("PROMETHEUS_MAPPER_YAML", "reference-metrics-mapping")
 	}
-	if r.on("USE_DOG_STATSD", false) || r.given("EXTRA_TAGS") {
-		r.warn("USE_DOG_STATSD", "DogStatsD tags (USE_DOG_STATSD, EXTRA_TAGS) are not sent")
-	}
+	r.dogStatsD(dog)
+	r.extraTags()
 }
 
 // behaviour sets what the reference decides and answers, its defaults

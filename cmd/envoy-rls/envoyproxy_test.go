@@ -46,7 +46,7 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"Istio's sample", istioEnv,
 			"config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug redis-url=redis://redis:6379/0 store=redis", ""},
 		{"defaults", map[string]string{},
-			"config=/srv/runtime_data/current/config grpc-addr=0.0.0.0:8081 http-addr=0.0.0.0:8080 log-level=warn redis-url=unix:///var/run/nutcracker/ratelimit.sock " +
+			"config=/srv/runtime_data/current/config config-dotfiles=true grpc-addr=0.0.0.0:8081 http-addr=0.0.0.0:8080 log-level=warn redis-url=unix:///var/run/nutcracker/ratelimit.sock " +
 				"statsd-addr=localhost:8125 statsd-protocol=tcp store=redis", ""},
 		{"Envoy Gateway's TLS and Redis from a Secret", with(istioEnv, "GRPC_SERVER_USE_TLS", "true", "GRPC_SERVER_TLS_CERT", "/certs/tls.crt",
 			"GRPC_SERVER_TLS_KEY", "/certs/tls.key", "GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt", "REDIS_AUTH", "s3cret", "REDIS_TLS", "true",
@@ -65,12 +65,22 @@ func TestEnvoyproxyEnv(t *testing.T) {
 		{"Envoy Gateway's xDS config", with(istioEnv, "CONFIG_TYPE", "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001",
 			"CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt",
 			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-			"config=/data/ratelimit/config config-xds=envoy-gateway:18001 config-xds-node-id=envoy-ratelimit config-xds-tls-ca=/certs/ca.crt " +
+			"config=/data/ratelimit/config config-xds=envoy-gateway:18001 config-xds-backoff-factor=0.5 config-xds-backoff-initial=10s " +
+				"config-xds-backoff-jitter=true config-xds-backoff-max=1m0s config-xds-node-id=envoy-ratelimit config-xds-tls-ca=/certs/ca.crt " +
 				"config-xds-tls-cert=/certs/tls.crt config-xds-tls-key=/certs/tls.key force-start-without-config=true grpc-addr=[::]:8081 " +
 				"http-addr=[::]:8080 log-level=debug redis-url=redis://redis:6379/0 store=redis", ""},
 		{"the debug port asked for", with(istioEnv, "DEBUG_PORT", "6071", "SHADOW_MODE", "true", "NEAR_LIMIT_RATIO", "0.9", "QUOTA_MODE", "true"),
 			"admin-addr=0.0.0.0:6071 config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug near-limit-ratio=0.9 " +
 				"quota-mode=true redis-url=redis://redis:6379/0 shadow-mode=true store=redis", ""},
+		{"memcached", with(istioEnv, "BACKEND_TYPE", "memcache", "MEMCACHE_HOST_PORT", "mc1:11211,mc2:11211", "MEMCACHE_MAX_IDLE_CONNS", "10",
+			"CACHE_KEY_PREFIX", "p:", "MEMCACHE_TLS", "true", "MEMCACHE_TLS_CACERT", "/certs/ca.crt", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+			"config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug memcached-addrs=mc1:11211,mc2:11211 " +
+				"memcached-expiration-jitter=300s memcached-key-prefix=p: memcached-max-idle-conns=10 memcached-tls=true " +
+				"memcached-tls-ca=/certs/ca.crt memcached-tls-skip-hostname-verification=true store=memcached", ""},
+		{"memcached from SRV", with(istioEnv, "BACKEND_TYPE", "memcache", "MEMCACHE_SRV", "_memcache._tcp.mc.svc", "MEMCACHE_SRV_REFRESH", "30s",
+			"EXPIRATION_JITTER_MAX_SECONDS", "0", "MEMCACHE_TLS_CACERT", "/certs/ca.crt"),
+			"config=/data/ratelimit/config grpc-addr=[::]:8081 http-addr=[::]:8080 log-level=debug memcached-expiration-jitter=0s " +
+				"memcached-srv=_memcache._tcp.mc.svc memcached-srv-refresh=30s store=memcached", "MEMCACHE_TLS_CACERT"},
 	} {
 		ref, err := readEnvoyproxyEnv(lookupIn(c.env))
 		if err != nil {
@@ -140,18 +150,15 @@ func TestEnvoyproxyBehaviour(t *testing.T) {
 
 func TestEnvoyproxyEnvErrors(t *testing.T) {
 	for env, want := range map[string]string{
-		"CONFIG_TYPE=JSON":          `CONFIG_TYPE: "JSON": want FILE or GRPC_XDS_SOTW`,
-		"BACKEND_TYPE=memcache":     "BACKEND_TYPE: memcache is not supported",
-		"GRPC_UDS=/tmp/rl.sock":     "GRPC_UDS: a Unix socket for gRPC is not supported",
-		"GRPC_CLIENT_TLS_SAN=envoy": "GRPC_CLIENT_TLS_SAN: checking the client certificate's SAN is not supported",
-		"REDIS_PERSECOND=true":      "REDIS_PERSECOND: a second Redis for per-second limits is not supported",
-		"MERGE_DOMAIN_CONFIG=true":  "MERGE_DOMAIN_CONFIG: merging one domain from several files is not supported",
-		"LOG_LEVEL=loud":            `LOG_LEVEL: "loud": want TRACE, DEBUG`,
-		"USE_STATSD=maybe":          `USE_STATSD="maybe": want true or false`,
-		"REDIS_TYPE=ring":           `REDIS_URL: REDIS_TYPE="RING": want SINGLE, SENTINEL or CLUSTER`,
-		"REDIS_URL=a:1,b:2":         `REDIS_URL: "a:1,b:2": one host:port for REDIS_TYPE=SINGLE`,
-		"REDIS_SOCKET_TYPE=unix":    "", // and REDIS_TLS below
-		"STATSD_PROTOCOL=quic":      `STATSD_PROTOCOL: "quic": want tcp or udp`,
+		"CONFIG_TYPE=JSON":       `CONFIG_TYPE: "JSON": want FILE or GRPC_XDS_SOTW`,
+		"BACKEND_TYPE=memcache":  "MEMCACHE_HOST_PORT: BACKEND_TYPE=memcache needs the servers",
+		"BACKEND_TYPE=mongo":     `BACKEND_TYPE: "mongo": want redis or memcache`,
+		"LOG_LEVEL=loud":         `LOG_LEVEL: "loud": want TRACE, DEBUG`,
+		"USE_STATSD=maybe":       `USE_STATSD="maybe": want true or false`,
+		"REDIS_TYPE=ring":        `REDIS_URL: REDIS_TYPE="RING": want SINGLE, SENTINEL or CLUSTER`,
+		"REDIS_URL=a:1,b:2":      `REDIS_URL: "a:1,b:2": one host:port for REDIS_TYPE=SINGLE`,
+		"REDIS_SOCKET_TYPE=unix": "", // and REDIS_TLS below
+		"STATSD_PROTOCOL=quic":   `STATSD_PROTOCOL: "quic": want tcp or udp`,
 	} {
 		name, value, _ := strings.Cut(env, "=")
 		e := map[string]string{"USE_STATSD": "false", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", name: value}
@@ -225,8 +232,8 @@ func (okStore) Check(context.Context) error                                     
 // "Running in its place").
 var sameEffectVariables = map[string]bool{
 	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": true, "RUNTIME_WATCH_ROOT": true, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": true,
-	"EXPIRATION_JITTER_MAX_SECONDS": true, "LOCAL_CACHE_SIZE_IN_BYTES": true, "REDIS_USE_EXPLICIT_PIPELINE": true,
-	"REDIS_POOL_ON_EMPTY_BEHAVIOR": true, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": true, "XDS_CLIENT_BACKOFF_*": true,
+	"LOCAL_CACHE_SIZE_IN_BYTES": true, "REDIS_USE_EXPLICIT_PIPELINE": true,
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR": true, "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": true, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": true,
 	"LIMIT_LIMIT_HEADER": true, "LIMIT_REMAINING_HEADER": true, "LIMIT_RESET_HEADER": true,
 	"GRPC_SERVER_TLS_KEY": true, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": true, // read with their certificate
 }
@@ -280,6 +287,22 @@ func TestMigrationTableIsRead(t *testing.T) {
 		"PROMETHEUS_ADDR": {"USE_PROMETHEUS": "true"}, "PROMETHEUS_PATH": {"USE_PROMETHEUS": "true"}, "PROMETHEUS_MAPPER_YAML": {"USE_PROMETHEUS": "true"},
 		"REDIS_SENTINEL_AUTH": {}, "FORCE_START_WITHOUT_INITIAL_CONFIG": {},
 	}
+	for _, name := range []string{"CONFIG_GRPC_XDS_NODE_METADATA", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"} {
+		needs[name] = map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}
+	}
+	for _, name := range []string{"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_AUTH", "REDIS_PERSECOND_SENTINEL_AUTH",
+		"REDIS_PERSECOND_TLS", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_TIMEOUT", "REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT"} {
+		needs[name] = map[string]string{"REDIS_PERSECOND": "true"}
+	}
+	for _, name := range []string{"MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "EXPIRATION_JITTER_MAX_SECONDS"} {
+		needs[name] = map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "mc:11211"}
+	}
+	for _, name := range []string{"MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION"} {
+		needs[name] = map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "mc:11211", "MEMCACHE_TLS": "true"}
+	}
+	needs["MEMCACHE_SRV_REFRESH"] = map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "_memcache._tcp.mc"}
+	needs["REDIS_PERSECOND_TYPE"] = map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_SOCKET_TYPE": "tcp"}
 	for _, name := range []string{"TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 		"TRACING_SAMPLING_RATE", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		needs[name] = map[string]string{"TRACING_ENABLED": "true"}

@@ -15,7 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-const explainUsage = "Usage: envoy-rls explain [-config PATH | -admin HOST:PORT] [-bucket] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-o text|json] DOMAIN key=value[,key=value...]..."
+const explainUsage = "Usage: envoy-rls explain [-config PATH | -admin HOST:PORT] [-bucket] [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-merge-domains] [-config-dotfiles] [-o text|json] DOMAIN key=value[,key=value...]..."
 
 // explain walks descriptors through the config alone, as the service
 // would, and prints each level it reaches, its limits and bucket keys, and
@@ -179,6 +179,9 @@ func writeExplanation(w io.Writer, e *rls.Explanation) {
 		}
 		for _, st := range d.Walk {
 			where := e.File
+			if st.File != "" {
+				where = st.File
+			}
 			if st.Line > 0 {
 				where += fmt.Sprintf(":%d", st.Line)
 			}

@@ -76,12 +76,16 @@ type settings struct {
 	grpcTLSCert         string
 	grpcTLSKey          string
 	grpcTLSClientCA     string
+	grpcTLSClientSAN    string
+	grpcSocketMode      socketMode
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
 	configFlags         *configFlags
 	usage               *usageFlags
 	env                 choice[envKind]
 	xds                 xdsSettings
+	perSecond           perSecondSettings
+	memcached           memcachedSettings
 	statsd              statsdSettings
 	refMetrics          refMetricsSettings
 	tracing             *tracingFlags
@@ -99,14 +103,7 @@ type xdsSettings struct {
 	address, nodeID                string
 	tlsCA, tlsCert, tlsKey, tlsSAN string
 	forceStart                     bool
-}
-
-// statsdSettings are the -statsd-* flags: envoyproxy/ratelimit's stats
-// sent to StatsD.
-type statsdSettings struct {
-	addr     string
-	protocol choice[string]
-	interval time.Duration
+	client                         xdsClientSettings
 }
 
 // refMetricsSettings are the -reference-metrics-* flags: its stats served
@@ -137,15 +134,9 @@ func algorithmFlag() choice[limit.Algorithm] {
 const algorithmUsage = "what each rate_limit becomes in files that do not set rate_limit_algorithm: leaky_bucket, sliding_window or fixed_window (envoyproxy/ratelimit's counting)"
 
 // configOptions are how the config files are read.
-func (s *settings) configOptions() descriptors.Options { return s.configFlags.options() }
-
-// storeKind is the -store flag.
-type storeKind int
-
-const (
-	memoryStore storeKind = iota
-	redisStore
-)
+func (s *settings) configOptions() descriptors.Options {
+	return s.memcached.checkConfig(s.store.value, s.configFlags.options())
+}
 
 // failureMode is the -failure-mode flag: the service's modes, and local,
 // which is a store in front of Redis.
@@ -183,7 +174,7 @@ const (
 
 func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	s := &settings{
-		store:       choice[storeKind]{memoryStore, []option[storeKind]{{"memory", memoryStore}, {"redis", redisStore}}},
+		store:       choice[storeKind]{memoryStore, []option[storeKind]{{"memory", memoryStore}, {"redis", redisStore}, {"memcached", memcachedStore}}},
 		redisMode:   choice[redis.Mode]{redis.ScriptMode, []option[redis.Mode]{{"script", redis.ScriptMode}, {"transactions", redis.TransactionsMode}}},
 		failureMode: choice[failureMode]{failUnavailable, []option[failureMode]{{"unavailable", failUnavailable}, {"allow", failAllow}, {"deny", failDeny}, {"local", failLocal}}},
 		responseHeaders: choice[rls.Headers]{rls.LeakyHeaders, []option[rls.Headers]{
@@ -205,20 +196,22 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.xds.tlsCert, "config-xds-tls-cert", "", "PEM `file` of a client certificate for the xDS server (mutual TLS)")
 	fs.StringVar(&s.xds.tlsKey, "config-xds-tls-key", "", "PEM `file` of the client certificate's key")
 	fs.StringVar(&s.xds.tlsSAN, "config-xds-tls-server-name", "", "the name the xDS server's certificate must hold, if not its address's host")
-	fs.BoolVar(&s.xds.forceStart, "force-start-without-config", false, "with -config-xds, report SERVING (and allow every request) before the first config arrives, instead of NOT_SERVING")
+	fs.BoolVar(&s.xds.forceStart, "force-start-without-config", false, "start without a config, reporting SERVING and allowing every request until one is in force: with -config-xds, before the first arrives (instead of NOT_SERVING); with -config, when its files are missing or invalid (instead of exiting), taking them once they load")
+	s.xds.client.register(fs)
 	fs.StringVar(&s.statsd.addr, "statsd-addr", "", "send envoyproxy/ratelimit's stats, under its names, to this StatsD server (`host:port`), such as a statsd_exporter sidecar")
 	fs.Var(&s.statsd.protocol, "statsd-protocol", "tcp or udp, to reach -statsd-addr")
 	fs.DurationVar(&s.statsd.interval, "statsd-flush-interval", 10*time.Second, "how often the stats are sent to -statsd-addr")
+	s.statsd.registerDogStatsD(fs)
 	fs.StringVar(&s.refMetrics.addr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's stats in the Prometheus format, named as it names them, on this `address` (its USE_PROMETHEUS); empty: off")
 	fs.StringVar(&s.refMetrics.path, "reference-metrics-path", "/metrics", "the path of -reference-metrics-addr")
 	fs.StringVar(&s.refMetrics.mapping, "reference-metrics-mapping", "", "statsd_exporter mapping `file` naming those metrics (its PROMETHEUS_MAPPER_YAML); empty: the reference's default names")
 	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
-	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection)")
+	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection): host:port, or unix:///path for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
 	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, POST /explain, GET and DELETE /buckets, /debug/pprof/ with -pprof); keep it private; empty turns it off")
 	fs.Var(&s.adminBuckets, "admin-buckets", "serve POST /explain and GET and DELETE /buckets on the admin address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since the admin server checks none")
 	fs.Var(&s.httpJSON, "http-json", "serve POST /json on the HTTP address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since /json has none")
-	fs.Var(&s.store, "store", "bucket `store`: memory (one replica) or redis (several)")
+	fs.Var(&s.store, "store", "bucket `store`: memory (one replica), redis or memcached (several)")
 	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
 	fs.StringVar(&s.redisPasswordFile, "redis-password-file", "", "`file` holding the Redis password (a mounted Secret), used instead of the -redis-url's; a trailing newline is dropped")
 	fs.BoolVar(&s.redisCluster, "redis-cluster", false, "treat -redis-url (with extra addr= parameters) as a Redis Cluster seed list")
@@ -229,6 +222,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.redisTLSCA, "redis-tls-ca", "", "PEM `file` of the CA that signs the Redis server's certificate (rediss://)")
 	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
 	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
+	s.perSecond.register(fs)
+	s.memcached.register(fs)
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
 	fs.DurationVar(&s.syncInterval, "sync-interval", 0, "with -store redis: 0 decides every request on Redis (exact); above 0, the local-first mode: decide in process against units Redis leases to this replica, and sync with Redis once per interval (docs/operations.md, Local-first mode, says what it guarantees)")
 	fs.IntVar(&s.redisBatch, "redis-batch-requests", redis.DefaultBatch, "most requests of concurrent calls one script call decides, when their buckets share a slot (each still all or nothing, in arrival order); 0 or 1: a script call per request")
@@ -257,14 +252,16 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	s.rlqs = newRLQSFlags(fs)
 	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the admin address (to find where time goes)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
-	fs.Var(&s.failureMode, "failure-mode", "`what` to answer when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis is back)")
+	fs.Var(&s.failureMode, "failure-mode", "`what` to answer when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis or memcached is back)")
 	fs.DurationVar(&s.storeTimeout, "store-timeout", 100*time.Millisecond, "cap on every store call, which also ends a margin (a quarter of the time left, 1 to 10ms) before the call's own deadline, so the failure mode answers in time")
-	fs.IntVar(&s.localCacheSize, "local-cache-size", 100000, "buckets the local over-limit cache may hold (Redis store); 0 turns it off")
+	fs.IntVar(&s.localCacheSize, "local-cache-size", 100000, "buckets the local over-limit cache may hold (Redis and memcached stores); 0 turns it off")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "global shadow mode: decide, charge and count every limit, but reject nothing")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", 0.8, "share of a bucket past which an admitted request counts as near the limit (metrics)")
 	fs.StringVar(&s.grpcTLSCert, "grpc-tls-cert", "", "PEM `file` of the gRPC server's certificate: serve TLS (reloaded when it changes)")
 	fs.StringVar(&s.grpcTLSKey, "grpc-tls-key", "", "PEM `file` of the gRPC server's key")
 	fs.StringVar(&s.grpcTLSClientCA, "grpc-tls-client-ca", "", "PEM `file` of the CA of client certificates: require them (mutual TLS)")
+	fs.StringVar(&s.grpcTLSClientSAN, "grpc-tls-client-san", "", "with -grpc-tls-client-ca: accept only client certificates holding this `name` among their DNS (or, for an IP address, IP) SANs")
+	fs.Var(&s.grpcSocketMode, "grpc-socket-mode", "with -grpc-addr unix:///path: the socket's `permissions`, in octal (such as 0660); default: as the umask leaves them")
 	fs.DurationVar(&s.grpcMaxConnAge, "grpc-max-connection-age", 24*time.Hour, "close a gRPC connection (GOAWAY, ±10% jitter) after this long, so that clients such as Envoy spread over new replicas; 0 keeps connections for ever")
 	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "after -grpc-max-connection-age, how long the calls in flight may take before the connection is closed anyway")
 	return fs, s
@@ -297,10 +294,12 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 	fs.Visit(func(f *flag.Flag) {
 		given = given || f.Name == "redis-batch-wait"
 		s.snapshot.intervalGiven = s.snapshot.intervalGiven || f.Name == "memory-snapshot-interval"
+		s.statsd.protocolGiven = s.statsd.protocolGiven || f.Name == "statsd-protocol"
 	})
 	if !given && s.syncInterval > 0 && !s.redisCluster {
 		s.redisBatchWait = localFirstBatchWait
 	}
+	s.perSecond.noteGiven(fs)
 	return s, s.check()
 }
 
@@ -392,8 +391,8 @@ func (s *settings) check() error {
 		return fmt.Errorf("-pprof serves on the admin address: it needs -admin-addr")
 	case (s.xds.tlsCert == "") != (s.xds.tlsKey == ""):
 		return fmt.Errorf("-config-xds-tls-cert and -config-xds-tls-key go together")
-	case s.xds.address == "" && (s.xds.tlsCA != "" || s.xds.tlsCert != "" || s.xds.forceStart):
-		return fmt.Errorf("-config-xds-tls-* and -force-start-without-config need -config-xds")
+	case s.xds.address == "" && (s.xds.tlsCA != "" || s.xds.tlsCert != ""):
+		return fmt.Errorf("-config-xds-tls-* need -config-xds")
 	case s.statsd.interval <= 0:
 		return fmt.Errorf("-statsd-flush-interval: must be positive, got %s", s.statsd.interval)
 	case s.refMetrics.addr != "" && !strings.HasPrefix(s.refMetrics.path, "/"):
@@ -404,8 +403,8 @@ func (s *settings) check() error {
 		return fmt.Errorf("-shutdown-timeout: must be positive, got %s", s.shutdownTimeout)
 	case s.shutdownDelay < 0:
 		return fmt.Errorf("-shutdown-delay: must not be negative, got %s", s.shutdownDelay)
-	case s.failureMode.value == failLocal && s.store.value != redisStore:
-		return fmt.Errorf("-failure-mode local falls back from Redis: it needs -store redis")
+	case s.failureMode.value == failLocal && s.store.value == memoryStore:
+		return fmt.Errorf("-failure-mode local falls back from Redis or memcached: it needs -store redis or memcached")
 	case s.storeTimeout < 0:
 		return fmt.Errorf("-store-timeout: must not be negative, got %s", s.storeTimeout)
 	case s.localCacheSize < 0:
@@ -414,10 +413,26 @@ func (s *settings) check() error {
 		return fmt.Errorf("-near-limit-ratio: must be in (0, 1], got %g", s.nearLimitRatio)
 	case (s.grpcTLSCert == "") != (s.grpcTLSKey == ""):
 		return fmt.Errorf("-grpc-tls-cert and -grpc-tls-key go together")
+	case s.grpcTLSClientSAN != "" && s.grpcTLSClientCA == "":
+		return fmt.Errorf("-grpc-tls-client-san checks client certificates: it needs -grpc-tls-client-ca")
+	case s.grpcSocketMode.set && !isUnixAddr(s.grpcAddr):
+		return fmt.Errorf("-grpc-socket-mode: -grpc-addr %q is not a Unix socket (unix:///path)", s.grpcAddr)
 	case s.grpcTLSClientCA != "" && s.grpcTLSCert == "":
 		return fmt.Errorf("-grpc-tls-client-ca needs -grpc-tls-cert and -grpc-tls-key")
 	}
 	if err := s.snapshot.check(s.store.value); err != nil {
+		return err
+	}
+	if err := s.statsd.check(); err != nil {
+		return err
+	}
+	if err := s.perSecond.check(s.store.value); err != nil {
+		return err
+	}
+	if err := s.memcached.check(s.store.value); err != nil {
+		return err
+	}
+	if err := s.xds.client.check(s.xds.address); err != nil {
 		return err
 	}
 	return s.tracing.check()

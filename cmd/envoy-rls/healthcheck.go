@@ -24,7 +24,7 @@ import (
 func (a *app) healthcheck(args []string) int {
 	fs := flag.NewFlagSet("envoy-rls healthcheck", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
-	addr := fs.String("grpc-addr", ":8081", "address of the gRPC server to ask (an empty host means 127.0.0.1)")
+	addr := fs.String("grpc-addr", ":8081", "address of the gRPC server to ask (an empty host means 127.0.0.1; unix:///path a Unix socket)")
 	service := fs.String("service", rls.ServiceName, "service to ask about; \"\" for the whole server")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
 	useTLS := fs.Bool("tls", false, "connect with TLS, without verifying the certificate (the server is local); on when RLS_GRPC_TLS_CERT is set")
@@ -86,8 +86,11 @@ func (a *app) probe(target, service string, timeout time.Duration, creds credent
 }
 
 // localTarget turns a listen address into one to dial: ":8081" is
-// 127.0.0.1:8081, "0.0.0.0:8081" too.
+// 127.0.0.1:8081, "0.0.0.0:8081" too; a Unix socket is itself.
 func localTarget(addr string) (string, error) {
+	if path, ok := unixSocketPath(addr); ok {
+		return "unix:" + path, nil
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err

@@ -114,14 +114,14 @@ func TestCommandLineErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] PATH"},
+		{[]string{"check-config"}, nil, exitUsage, "Usage: envoy-rls check-config [-rate-limit-algorithm NAME] [-charge admitted|always] [-match all|leaf] [-merge-domains] [-config-dotfiles] PATH"},
 		{[]string{"check-config", "a", "b"}, nil, exitUsage, "Usage"},
 		{[]string{"check-config", "does-not-exist"}, nil, exitError, "does-not-exist: no such file or directory"},
 		{[]string{"frobnicate"}, nil, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"check-config", "-rate-limit-algorithm", "token_bucket", "../../config"}, nil, exitUsage,
 			`invalid value "token_bucket" for flag -rate-limit-algorithm: want leaky_bucket, sliding_window or fixed_window`},
 		{nil, map[string]string{"RLS_RATE_LIMIT_ALGORITHM": "gcra"}, exitUsage, `RLS_RATE_LIMIT_ALGORITHM="gcra": want leaky_bucket, sliding_window or fixed_window`},
-		{[]string{"-store", "etcd"}, nil, exitUsage, `invalid value "etcd" for flag -store: want memory or redis`},
+		{[]string{"-store", "etcd"}, nil, exitUsage, `invalid value "etcd" for flag -store: want memory, redis or memcached`},
 		{[]string{"-no-such-flag"}, nil, exitUsage, "flag provided but not defined: -no-such-flag"},
 		{nil, map[string]string{"RLS_MEMORY_MAX_BUCKETS": "many"}, exitUsage, `RLS_MEMORY_MAX_BUCKETS="many"`},
 		{nil, map[string]string{"RLS_LOG_LEVEL": "loud"}, exitUsage, `RLS_LOG_LEVEL="loud": want debug, info, warn or error`},

@@ -36,7 +36,7 @@ func newReferenceStats(s *settings, log *slog.Logger) (*referenceStats, error) {
 	var sinks sinks
 	r := &referenceStats{}
 	if s.statsd.addr != "" {
-		sd, err := refstats.NewStatsD(s.statsd.addr, s.statsd.protocol.String(), log)
+		sd, err := refstats.NewStatsD(s.statsd.addr, s.statsd.protocol.String(), log, s.statsd.options()...)
 		if err != nil {
 			return nil, err
 		}

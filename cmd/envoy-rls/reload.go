@@ -23,20 +23,29 @@ type reloader struct {
 	metrics configCounter
 	log     *slog.Logger
 
-	mu sync.Mutex // one reload at a time
+	mu          sync.Mutex // one reload at a time
+	lastFailure string     // while polling for a first config: its last error
 }
 
+// firstConfigPoll is how often a service started without a config
+// (-force-start-without-config) loads it until one is in force.
+const firstConfigPoll = time.Second
+
 // watch reloads on SIGHUP and, if files is set, when the config's files
-// change, until ctx ends.
+// change, until ctx ends. Started without a config, it loads the config
+// every firstConfigPoll until one is in force, then watches: the files, or
+// the directory that holds them, may not exist yet, and a watch set on
+// what is there would miss them.
 func (r *reloader) watch(ctx context.Context, files bool) {
-	if files {
-		// Only the config's own files count, so that a log written next to
-		// them (at debug, one line per change seen) is no change.
-		err := filewatch.Watch(ctx, []string{r.path}, 200*time.Millisecond, func() { r.reload("files changed") }, r.log,
-			filewatch.Filter(descriptors.IsConfigFile))
-		if err != nil {
-			r.log.Warn("the config will not be reloaded when its files change (SIGHUP still reloads it)", "err", err)
-		}
+	if r.svc.Config() == nil {
+		go func() {
+			if r.awaitFirst(ctx) && files {
+				r.watchFiles(ctx)
+				r.reload("watching its files") // a change before the watch was set
+			}
+		}()
+	} else if files {
+		r.watchFiles(ctx)
 	}
 	hup := hangups(ctx)
 	go func() {
@@ -51,17 +60,58 @@ func (r *reloader) watch(ctx context.Context, files bool) {
 	}()
 }
 
-func (r *reloader) reload(reason string) {
+// watchFiles reloads when the config's files change, until ctx ends.
+func (r *reloader) watchFiles(ctx context.Context) {
+	// Only the config's own files count, so that a log written next to
+	// them (at debug, one line per change seen) is no change.
+	err := filewatch.Watch(ctx, []string{r.path}, 200*time.Millisecond, func() { r.reload("files changed") }, r.log,
+		filewatch.Filter(r.opts.IsConfigFile))
+	if err != nil {
+		r.log.Warn("the config will not be reloaded when its files change (SIGHUP still reloads it)", "err", err)
+	}
+}
+
+// awaitFirst loads the config every firstConfigPoll until one is in
+// force; it reports false if ctx ended first.
+func (r *reloader) awaitFirst(ctx context.Context) bool {
+	t := time.NewTicker(firstConfigPoll)
+	defer t.Stop()
+	for r.svc.Config() == nil {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			r.load("waiting for the config", true)
+		}
+	}
+	return true
+}
+
+func (r *reloader) reload(reason string) { r.load(reason, false) }
+
+// load loads the config and puts it in force if it is valid. polling is
+// set while the service waits for a first config: a failure the same as
+// the last is neither logged nor counted again.
+func (r *reloader) load(reason string, polling bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer collectSooner()()
 	cfg, warnings, err := r.opts.Load(r.path)
 	if err != nil {
+		if polling && err.Error() == r.lastFailure {
+			return
+		}
+		r.lastFailure = err.Error()
 		logConfigError(r.log, err)
-		r.log.Error("config reload failed: the previous config stays in force", "reason", reason)
+		if r.svc.Config() == nil {
+			r.log.Error("config load failed: every request is still allowed, without a config", "reason", reason)
+		} else {
+			r.log.Error("config reload failed: the previous config stays in force", "reason", reason)
+		}
 		r.metrics.ConfigReload(false)
 		return
 	}
+	r.lastFailure = ""
 	r.metrics.ConfigReload(true)
 	old := r.svc.Config() // nil when the service started without one
 	if old != nil && cfg.Digest() == old.Digest() {

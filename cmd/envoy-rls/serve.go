@@ -48,14 +48,22 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 	}
 	counters := ref.counters(m)
 
-	var cfg *descriptors.Config // with -config-xds, none until the server sends one
+	// With -config-xds, none until the server sends one; with
+	// -force-start-without-config, none until the files load.
+	var cfg *descriptors.Config
 	if s.xds.address == "" {
-		if cfg, err = loadConfig(s.config, s.configOptions(), log); err != nil {
+		switch cfg, err = loadConfig(s.config, s.configOptions(), log); {
+		case err != nil && !s.xds.forceStart:
 			return exitError
-		}
-		m.ConfigLoaded()
-		if ref.observer != nil {
-			ref.observer.ConfigReload(true)
+		case err != nil:
+			cfg = nil
+			counters.ConfigReload(false)
+			log.Warn("starting without a config (-force-start-without-config): every request is allowed until the config loads", "config", s.config)
+		default:
+			m.ConfigLoaded()
+			if ref.observer != nil {
+				ref.observer.ConfigReload(true)
+			}
 		}
 	}
 

@@ -74,7 +74,11 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 			MaxConnectionAge: s.grpcMaxConnAge, MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace}))
 	}
 	if s.grpcTLSCert != "" {
-		tlsFiles, err := certs.NewServer(s.grpcTLSCert, s.grpcTLSKey, s.grpcTLSClientCA, log)
+		var tlsOpts []certs.ServerOption
+		if s.grpcTLSClientSAN != "" {
+			tlsOpts = append(tlsOpts, certs.ClientSAN(s.grpcTLSClientSAN))
+		}
+		tlsFiles, err := certs.NewServer(s.grpcTLSCert, s.grpcTLSKey, s.grpcTLSClientCA, log, tlsOpts...)
 		if err != nil {
 			return nil, fmt.Errorf("gRPC TLS: %w", err)
 		}
@@ -99,10 +103,12 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 		listeners = append(listeners, l)
 		return l, nil
 	}
-	grpcLis, err := listen("gRPC", s.grpcAddr)
+	// gRPC listens first: nothing else to close if it cannot.
+	grpcLis, err := a.listenGRPC(s)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cannot listen for gRPC on %s: %w", s.grpcAddr, err)
 	}
+	listeners = append(listeners, grpcLis)
 	httpLis, err := listen("HTTP", s.httpAddr)
 	if err != nil {
 		return nil, err
@@ -140,6 +146,16 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 		srv.serveHTTP(adminLis, rls.AdminHandler(svc, s.pprof, buckets), adminWriteTimeout, log)
 	}
 	return srv, nil
+}
+
+// listenGRPC listens on -grpc-addr: a TCP address, or a Unix socket
+// ("unix:///path"). Either way the same server serves there, with the
+// same TLS, keepalive and limits.
+func (a *app) listenGRPC(s *settings) (net.Listener, error) {
+	if path, ok := unixSocketPath(s.grpcAddr); ok {
+		return listenUnix(a.listen, path, s.grpcSocketMode)
+	}
+	return a.listen("tcp", s.grpcAddr)
 }
 
 func (srv *servers) serveHTTP(l net.Listener, h http.Handler, writeTimeout time.Duration, log *slog.Logger) {

@@ -39,6 +39,8 @@ func (f *snapshotFlags) check(store storeKind) error {
 		return fmt.Errorf("-memory-snapshot-interval: must be positive, got %s", f.interval)
 	case f.path == "" && (f.startEmpty || f.intervalGiven):
 		return fmt.Errorf("-memory-snapshot-interval and -memory-snapshot-start-empty need -memory-snapshot")
+	case f.path != "" && store == memcachedStore:
+		return fmt.Errorf("-memory-snapshot keeps the memory store's buckets across restarts: with -store memcached they live in memcached")
 	case f.path != "" && store == redisStore:
 		return fmt.Errorf("-memory-snapshot keeps the memory store's buckets across restarts: with -store redis they live in Redis, which keeps them itself (its RDB or AOF persistence), and the -failure-mode local store holds only an outage's counts")
 	}

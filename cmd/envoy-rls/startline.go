@@ -17,6 +17,8 @@ func (s *settings) mode() string {
 		return fmt.Sprintf("memory, snapshot to %s every %s", s.snapshot.path, s.snapshot.interval)
 	case s.store.value == memoryStore:
 		return "memory (one replica; counts lost on restart without -memory-snapshot)"
+	case s.store.value == memcachedStore:
+		return "exact: every request decided on memcached"
 	case s.syncInterval > 0:
 		return fmt.Sprintf("local-first, syncing with Redis every %s", s.syncInterval)
 	}

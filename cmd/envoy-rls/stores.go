@@ -17,6 +17,15 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
+// storeKind is the -store flag.
+type storeKind int
+
+const (
+	memoryStore storeKind = iota
+	redisStore
+	memcachedStore
+)
+
 // store is what serve needs of a store.
 type store interface {
 	rls.Store
@@ -38,14 +47,21 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, *redis
 		m.WatchBuckets(st.Len, st.Bytes, st.Evictions)
 		return st, nil, nil
 	}
+	if s.store.value == memcachedStore {
+		return openMemcachedStore(s, memOpts, m, log)
+	}
 	goredis.SetLogger(redisLog{log})
 	password, err := readSecret(s.redisPasswordFile)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-redis-password-file: %w", err)
 	}
+	perSecond, err := s.perSecond.server()
+	if err != nil {
+		return nil, nil, err
+	}
 	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
 	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait,
-		Breaker: redis.Breaker{Trip: s.breakerTrip, Cool: s.breakerCool}, Connect: &redis.ClientOptions{
+		PerSecond: perSecond, Breaker: redis.Breaker{Trip: s.breakerTrip, Cool: s.breakerCool}, Connect: &redis.ClientOptions{
 			URL:              s.redisURL,
 			Password:         password,
 			Cluster:          s.redisCluster,

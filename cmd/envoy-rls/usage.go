@@ -9,12 +9,15 @@ import (
 )
 
 // configFlags are the flags that say how config files read: what a
-// rate_limit becomes, when limits are charged, and which levels count.
-// serve, check-config and explain take them alike.
+// rate_limit becomes, when limits are charged, which levels count, whether
+// the files of one domain merge and whether dot files are read. serve,
+// check-config and explain take them alike.
 type configFlags struct {
-	algo   choice[limit.Algorithm]
-	charge choice[descriptors.Charge]
-	match  choice[bool] // true: leaf
+	algo         choice[limit.Algorithm]
+	charge       choice[descriptors.Charge]
+	match        choice[bool] // true: leaf
+	mergeDomains bool
+	dotFiles     bool
 }
 
 func newConfigFlags(fs *flag.FlagSet) *configFlags {
@@ -27,12 +30,15 @@ func newConfigFlags(fs *flag.FlagSet) *configFlags {
 	fs.Var(&c.algo, "rate-limit-algorithm", algorithmUsage)
 	fs.Var(&c.charge, "charge", "when the limits of files that do not set charge are charged: admitted (only admitted requests, all or nothing) or always (every call's hits, past the limit if need be: usage known after the response)")
 	fs.Var(&c.match, "match", "which levels count in files that do not set match: all (every level on a request's path) or leaf (the deepest, as envoyproxy/ratelimit)")
+	fs.BoolVar(&c.mergeDomains, "merge-domains", false, "let several files (or xDS resources) define one domain, each adding its top-level descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); a top-level descriptor in two of them, or files that differ on match, charge, rate_limit_algorithm, calendar, time_zone or over_limit_body, is an error")
+	fs.BoolVar(&c.dotFiles, "config-dotfiles", false, "also read the config directory's files whose name starts with a dot (envoyproxy/ratelimit reads them unless RUNTIME_IGNOREDOTFILES=true); a Kubernetes volume's ..data and ..<timestamp> entries are skipped still")
 	return c
 }
 
 // options are how the config files are read.
 func (c *configFlags) options() descriptors.Options {
-	return descriptors.Options{RateLimitAlgorithm: c.algo.value, Charge: c.charge.value, Leaf: c.match.value}
+	return descriptors.Options{RateLimitAlgorithm: c.algo.value, Charge: c.charge.value, Leaf: c.match.value,
+		MergeDomains: c.mergeDomains, DotFiles: c.dotFiles}
 }
 
 // usageFlags are the service's flags for what envoyproxy/ratelimit's

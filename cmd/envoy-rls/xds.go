@@ -23,7 +23,7 @@ func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsc
 	if err != nil {
 		return nil, err
 	}
-	return &xdsconfig.Client{
+	c := &xdsconfig.Client{
 		Address: s.xds.address, NodeID: s.xds.nodeID, Credentials: creds, Options: s.configOptions(), Log: log,
 		OnConfig: func(cfg *descriptors.Config) {
 			before(cfg)
@@ -33,7 +33,9 @@ func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsc
 		},
 		OnRejected:     func(error) { m.ConfigReload(false) },
 		OnUnknownField: unknown,
-	}, nil
+	}
+	s.xds.client.apply(c)
+	return c, nil
 }
 
 // credentials are TLS to the xDS server when a CA or a client certificate

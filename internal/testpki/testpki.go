@@ -20,7 +20,7 @@ import (
 
 // Files are the paths of the PEM files.
 type Files struct {
-	CACert                string
+	CACert, CAKey         string
 	ServerCert, ServerKey string
 	ClientCert, ClientKey string
 }
@@ -48,7 +48,11 @@ func New(t testing.TB) Files {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := Files{CACert: writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)}
+	caKeyDER, err := x509.MarshalECPrivateKey(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := Files{CACert: writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER), CAKey: writePEM(t, dir, "ca-key.pem", "EC PRIVATE KEY", caKeyDER)}
 	f.ServerCert, f.ServerKey = Issue(t, dir, ca, caKey, "server", x509.ExtKeyUsageServerAuth)
 	f.ClientCert, f.ClientKey = Issue(t, dir, ca, caKey, "client", x509.ExtKeyUsageClientAuth)
 	return f
@@ -81,6 +85,59 @@ func Issue(t testing.TB, dir string, ca *x509.Certificate, caKey *ecdsa.PrivateK
 		t.Fatal(err)
 	}
 	return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// IssueClient writes a client certificate signed by f's CA whose only
+// SANs are dnsNames, and its key, into a new temporary directory of t.
+func (f Files) IssueClient(t testing.TB, dnsNames ...string) (cert, key string) {
+	t.Helper()
+	ca, caKey := f.loadCA(t)
+	k := newKey(t)
+	serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: "client"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		DNSNames:     dnsNames,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	return writePEM(t, dir, "client.pem", "CERTIFICATE", der), writePEM(t, dir, "client-key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// loadCA reads f's CA certificate and key back.
+func (f Files) loadCA(t testing.TB) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(b)
+		if block == nil {
+			t.Fatalf("%s: no PEM block", path)
+		}
+		return block.Bytes
+	}
+	ca, err := x509.ParseCertificate(read(f.CACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := x509.ParseECPrivateKey(read(f.CAKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, caKey
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {

@@ -6,9 +6,11 @@ package xdstest
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -16,6 +18,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Server is a running xDS server.
@@ -24,6 +27,10 @@ type Server struct {
 	nacks atomic.Int64
 	// Addr is the address it listens on.
 	Addr string
+
+	mu      sync.Mutex
+	node    *corev3.Node // of the last request
+	headers metadata.MD  // of the last stream opened
 }
 
 // Start serves on lis until the test ends.
@@ -32,9 +39,21 @@ func Start(t testing.TB, lis net.Listener, opts ...grpc.ServerOption) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	x := &Server{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil), Addr: lis.Addr().String()}
 	srv := serverv3.NewServer(ctx, x.cache, serverv3.CallbackFuncs{
+		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
+			md, _ := metadata.FromIncomingContext(ctx)
+			x.mu.Lock()
+			x.headers = md.Copy()
+			x.mu.Unlock()
+			return nil
+		},
 		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
 			if req.GetErrorDetail() != nil {
 				x.nacks.Add(1)
+			}
+			if n := req.GetNode(); n != nil {
+				x.mu.Lock()
+				x.node = n
+				x.mu.Unlock()
 			}
 			return nil
 		},
@@ -60,6 +79,20 @@ func (x *Server) Set(t testing.TB, node, version string, cfgs ...*rlsconfv3.Rate
 	if err := x.cache.SetSnapshot(context.Background(), node, snap); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Node returns the node of the last request that gave one, or nil.
+func (x *Server) Node() *corev3.Node {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.node
+}
+
+// Headers returns the gRPC metadata of the last stream opened, or nil.
+func (x *Server) Headers() metadata.MD {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.headers
 }
 
 // Nacks returns how many updates clients have refused so far.

@@ -22,17 +22,36 @@ import (
 // that signs its clients' certificates.
 type Server struct {
 	certFile, keyFile, clientCAFile string
+	clientSAN                       string // "": any name
 	current                         atomic.Pointer[tls.Config]
 	log                             *slog.Logger
 }
 
+// ServerOption changes what a Server accepts.
+type ServerOption func(*Server)
+
+// ClientSAN accepts only client certificates that hold name among their
+// subject alternative names: a DNS name (a certificate's wildcard
+// matches), or an IP address when name is one. It is how the reference
+// checks GRPC_CLIENT_TLS_SAN; URI and email SANs and the common name do
+// not count.
+func ClientSAN(name string) ServerOption {
+	return func(s *Server) { s.clientSAN = name }
+}
+
 // NewServer reads the files. clientCAFile may be empty: clients are then
 // not asked for certificates; else they must present one it signed.
-func NewServer(certFile, keyFile, clientCAFile string, log *slog.Logger) (*Server, error) {
+func NewServer(certFile, keyFile, clientCAFile string, log *slog.Logger, opts ...ServerOption) (*Server, error) {
 	if certFile == "" || keyFile == "" {
 		return nil, errors.New("TLS: a certificate and a key file are both needed")
 	}
 	s := &Server{certFile: certFile, keyFile: keyFile, clientCAFile: clientCAFile, log: log}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.clientSAN != "" && clientCAFile == "" {
+		return nil, errors.New("TLS: a client SAN to check needs a client CA, which asks clients for certificates")
+	}
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -60,8 +79,27 @@ func (s *Server) Reload() error {
 			return fmt.Errorf("TLS client CA %s: no PEM certificate in it", s.clientCAFile)
 		}
 		c.ClientCAs, c.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		if s.clientSAN != "" {
+			c.VerifyConnection = s.checkClientSAN
+		}
 	}
 	s.current.Store(c)
+	return nil
+}
+
+// checkClientSAN refuses a handshake whose client certificate, verified
+// against the client CA, does not hold the SAN asked for. (VerifyConnection
+// runs on resumed sessions too.)
+func (s *Server) checkClientSAN(cs tls.ConnectionState) error {
+	if len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return errors.New("no verified client certificate")
+	}
+	leaf := cs.VerifiedChains[0][0]
+	if err := leaf.VerifyHostname(s.clientSAN); err != nil {
+		s.log.Warn("TLS client refused: its certificate does not hold the client SAN required", "san", s.clientSAN,
+			"subject", leaf.Subject.String(), "dns", leaf.DNSNames, "ip", leaf.IPAddresses)
+		return fmt.Errorf("client certificate without the SAN %s", s.clientSAN)
+	}
 	return nil
 }
 

@@ -51,15 +51,21 @@ func (c *compiler) level(raws []*rawNode, up parent) *level {
 	if len(raws) == 0 {
 		return nil
 	}
-	lv := &level{order: make([]*node, 0, len(raws))}
+	order := make([]*node, 0, len(raws))
 	for _, raw := range raws {
 		n := c.node(raw, up)
 		if c.over != nil {
 			return nil // over budget: the tree is not used
 		}
-		lv.order = append(lv.order, n)
+		order = append(order, n)
 	}
-	if len(raws) <= smallLevel {
+	return indexLevel(order)
+}
+
+// indexLevel makes the level of nodes, indexed for matching.
+func indexLevel(order []*node) *level {
+	lv := &level{order: order}
+	if len(order) <= smallLevel {
 		byPrecedence := func(a, b *node) int { return cmp.Compare(a.precedence(), b.precedence()) }
 		lv.small = lv.order // shared when already in order (both are read only)
 		if !slices.IsSortedFunc(lv.small, byPrecedence) {

@@ -12,6 +12,7 @@ type Description struct {
 type DomainDescription struct {
 	Domain        string                  `json:"domain"`
 	File          string                  `json:"file"`
+	MergedFiles   []string                `json:"merged_files,omitempty"` // merged into it after File
 	OverLimitBody string                  `json:"over_limit_body,omitempty"`
 	Descriptors   []DescriptorDescription `json:"descriptors,omitempty"`
 }
@@ -89,7 +90,7 @@ func describeLimit(r *Rule) LimitDescription {
 func (c *Config) Describe() Description {
 	d := Description{Files: c.files, Domains: []DomainDescription{}}
 	for _, dom := range c.Domains() {
-		d.Domains = append(d.Domains, DomainDescription{Domain: dom.Name, File: dom.File, OverLimitBody: dom.OverLimitBody,
+		d.Domains = append(d.Domains, DomainDescription{Domain: dom.Name, File: dom.File, MergedFiles: dom.Files()[1:], OverLimitBody: dom.OverLimitBody,
 			Descriptors: describeLevel(dom.root)})
 	}
 	return d

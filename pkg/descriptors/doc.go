@@ -3,7 +3,9 @@
 // and keeps no bucket: deciding is package limit's, keeping pkg/store's.
 //
 // A config file holds one domain and a tree of descriptors, in a superset of
-// envoyproxy/ratelimit's format:
+// envoyproxy/ratelimit's format (with Options.MergeDomains, several files
+// may add top-level descriptors to one domain, as its MERGE_DOMAIN_CONFIG
+// does):
 //
 //	domain: api
 //	descriptors:

@@ -66,7 +66,10 @@ type Step struct {
 	Key, Value string
 	// Path is the node's place in its domain, e.g. "user/action=trade".
 	Path string
-	// Line is the node's line in the domain's File; 0 if not known.
+	// File is the file the node is in: the domain's File, or with files
+	// merged (Options.MergeDomains), the one of its top-level descriptor.
+	File string
+	// Line is the node's line in File; 0 if not known.
 	Line int
 	// Match is how the node matched the entry.
 	Match Match
@@ -101,10 +104,13 @@ func (w *Walk) steps(d *Domain, entries []Entry, nodes []*node, first int, unlim
 		w.Unmatched = len(nodes)
 	}
 	w.Unlimited = unlimited
-	path := ""
+	path, file := "", d.File
+	if len(nodes) > 0 {
+		file = d.fileOf(nodes[0])
+	}
 	for i, n := range nodes {
 		path = joinPath(path, n.key, n.value)
-		st := Step{Entry: i, Key: n.key, Value: n.value, Path: path, Line: int(n.line), Match: n.match(), Unlimited: n.unlimited}
+		st := Step{Entry: i, Key: n.key, Value: n.value, Path: path, File: file, Line: int(n.line), Match: n.match(), Unlimited: n.unlimited}
 		why := ""
 		switch {
 		case i < first:

@@ -13,8 +13,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
 
-// Config is a loaded, validated configuration: one Domain per file. It is
-// immutable and safe for concurrent use.
+// Config is a loaded, validated configuration: one Domain per file, or per
+// set of files with Options.MergeDomains. It is immutable and safe for
+// concurrent use.
 type Config struct {
 	domains map[string]*Domain
 	files   []string
@@ -64,11 +65,26 @@ type Options struct {
 	// Leaf makes a file without match apply only the deepest matching
 	// limit (match: leaf, as envoyproxy/ratelimit) instead of every level.
 	Leaf bool
+	// MergeDomains lets several files define one domain, each adding its
+	// top-level descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG);
+	// without it a domain in two files is an error. See merge.go for what
+	// collides.
+	MergeDomains bool
+	// DotFiles makes Load read the files of a directory whose name starts
+	// with a dot, as envoyproxy/ratelimit does unless
+	// RUNTIME_IGNOREDOTFILES is set. Names starting with two dots are
+	// skipped still: a Kubernetes volume's own entries (..data,
+	// ..2024_01_01_00_00_00.1234) are named so, and are no config.
+	DotFiles bool
+	// Check, if set, is asked about the config once it is compiled: what
+	// it returns are errors, as the files' own (a store that cannot count
+	// some limits as the config states them, say).
+	Check func(*Config) []Problem
 }
 
 // Load is Load with these options.
 func (o Options) Load(path string) (*Config, []Problem, error) {
-	files, err := configFiles(path)
+	files, err := o.configFiles(path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,12 +122,13 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 			errs = append(errs, r.errors.list...)
 			continue
 		}
-		if prev, dup := c.domains[raw.name]; dup {
+		prev, dup := c.domains[raw.name]
+		if dup && !o.MergeDomains {
 			errs = append(errs, Problem{File: src.Name, Line: raw.line, Field: "domain",
-				Msg: fmt.Sprintf("%q is already defined in %s:%d", clip(raw.name), prev.File, firstLine[raw.name])})
+				Msg: fmt.Sprintf("%q is already defined in %s:%d (one file per domain, unless the files of a domain are merged: -merge-domains, envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG)", clip(raw.name), prev.File, firstLine[raw.name])})
 			continue
 		}
-		if len(raw.descriptors) == 0 {
+		if len(raw.descriptors) == 0 && !dup {
 			warnings = append(warnings, Problem{File: src.Name, Line: raw.line, Field: "descriptors",
 				Msg: fmt.Sprintf("domain %q has no descriptors: every request for it is allowed", clip(raw.name))})
 		}
@@ -120,9 +137,20 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 			errs = append(errs, *p)
 			continue
 		}
+		if dup {
+			var ps []Problem
+			if d, ps = merge(prev, d, raw.line); ps != nil {
+				errs = append(errs, ps...)
+				continue
+			}
+		} else {
+			firstLine[raw.name] = raw.line
+		}
 		c.domains[raw.name] = d
-		firstLine[raw.name] = raw.line
 		c.files = append(c.files, src.Name)
+	}
+	if len(errs) == 0 && o.Check != nil {
+		errs = o.Check(c)
 	}
 	if len(errs) > 0 {
 		return nil, warnings, &Error{Problems: errs}
@@ -137,7 +165,7 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 }
 
 // configFiles lists the files Load reads for path.
-func configFiles(path string) ([]string, error) {
+func (o Options) configFiles(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
@@ -152,7 +180,7 @@ func configFiles(path string) ([]string, error) {
 	var files []string
 	for _, e := range entries {
 		name := e.Name()
-		if !IsConfigFile(name) {
+		if !o.IsConfigFile(name) {
 			continue
 		}
 		full := filepath.Join(path, name)
@@ -170,9 +198,15 @@ func configFiles(path string) ([]string, error) {
 // IsConfigFile reports whether Load reads a file of this name (a base
 // name) in a config directory: *.yaml and *.yml, but not names starting
 // with a dot, such as a Kubernetes ConfigMap's ..data.
-func IsConfigFile(name string) bool {
+func IsConfigFile(name string) bool { return Options{}.IsConfigFile(name) }
+
+// IsConfigFile reports whether Load with these options reads a file of
+// this name (a base name) in a config directory: *.yaml and *.yml; with
+// DotFiles, those starting with one dot too.
+func (o Options) IsConfigFile(name string) bool {
 	ext := strings.ToLower(filepath.Ext(name))
-	return !strings.HasPrefix(name, ".") && (ext == ".yaml" || ext == ".yml")
+	dot := strings.HasPrefix(name, ".") && (!o.DotFiles || strings.HasPrefix(name, ".."))
+	return !dot && (ext == ".yaml" || ext == ".yml")
 }
 
 // ErrNoConfig is returned by Load for a directory without config files.

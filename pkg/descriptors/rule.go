@@ -60,6 +60,11 @@ func (r *Rule) Label() string {
 	return r.Path // a rule made outside the config, such as a limit sent by Envoy
 }
 
+// SecondUnit reports whether the limit counts per second: its rate's unit
+// (as written for a rate_limit or sent by Envoy, derived for another form)
+// is second. A store may keep such buckets apart (a per-second Redis).
+func (r *Rule) SecondUnit() bool { return r.Rate.Unit == limit.Second }
+
 // metricPart is one level of a metric label: the text of the rule's path,
 // or the request's key=value there (detailed_metric, value_to_metric).
 type metricPart struct {

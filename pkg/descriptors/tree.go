@@ -10,7 +10,8 @@ import (
 type Domain struct {
 	// Name is the domain as requests name it.
 	Name string
-	// File is the file the domain was loaded from.
+	// File is the file the domain was loaded from; the first of them when
+	// several are merged (Options.MergeDomains): see Files.
 	File string
 	// OverLimitBody is sent to clients on OVER_LIMIT (as the response's
 	// raw_body), with OverLimitBodyRetryAfter replaced by whole seconds;
@@ -35,6 +36,28 @@ type Domain struct {
 	// replaces tells whether a rule has replaces: requests need the
 	// replacement pass only then.
 	replaces bool
+	// files are File and the files merged into the domain after it; nil
+	// for a domain of one file. origin is the file of each top-level node
+	// of those merged in (a node's descendants are in its file).
+	files  []string
+	origin map[*node]string
+}
+
+// Files returns the files the domain was loaded from, in load order: File,
+// then those merged into it (Options.MergeDomains).
+func (d *Domain) Files() []string {
+	if d.files == nil {
+		return []string{d.File}
+	}
+	return d.files
+}
+
+// fileOf returns the file a top-level node was loaded from.
+func (d *Domain) fileOf(top *node) string {
+	if f, ok := d.origin[top]; ok {
+		return f
+	}
+	return d.File
 }
 
 // OverLimitBodyRetryAfter is the placeholder of OverLimitBody that is
@@ -48,7 +71,8 @@ func (d *Domain) Leaf() bool { return d.leaf }
 // HasReplaces reports whether some limit of the domain replaces others.
 func (d *Domain) HasReplaces() bool { return d.replaces }
 
-// Rules returns every limit of the domain in file order.
+// Rules returns every limit of the domain in file order (files merged into
+// it: in load order).
 func (d *Domain) Rules() []*Rule { return d.rules }
 
 // level holds the children of one node, indexed for matching.

@@ -4,9 +4,10 @@
 // ratelimit.service.rate_limit.<domain>.<key>.total_hits, over_limit,
 // near_limit, within_limit and shadow_mode; per call
 // ratelimit_server.ShouldRateLimit.total_requests and response_time; the
-// store's errors and the config's loads. They go to StatsD (NewStatsD), or
-// are served in the Prometheus format named through a statsd_exporter
-// mapping (NewPrometheus), as the reference does.
+// store's errors and the config's loads. They go to StatsD (NewStatsD:
+// plain, or DogStatsD with tags and mogrifiers), or are served in the
+// Prometheus format named through a statsd_exporter mapping
+// (NewPrometheus), as the reference does.
 package refstats
 
 import (

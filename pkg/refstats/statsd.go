@@ -16,6 +16,7 @@ import (
 type StatsD struct {
 	addr, network string
 	log           *slog.Logger
+	format        format
 
 	mu     sync.Mutex
 	counts map[string]uint64
@@ -37,12 +38,20 @@ const maxTimings = 10000
 // maxPacket is the most a UDP packet carries: lines fit a common MTU.
 const maxPacket = 1432
 
-// NewStatsD sends to addr over network ("tcp" or "udp").
-func NewStatsD(addr, network string, log *slog.Logger) (*StatsD, error) {
+// NewStatsD sends to addr over network ("tcp" or "udp"), as plain StatsD
+// lines unless an option says otherwise.
+func NewStatsD(addr, network string, log *slog.Logger, opts ...StatsDOption) (*StatsD, error) {
 	if network != "tcp" && network != "udp" {
 		return nil, fmt.Errorf("statsd: protocol %q: want tcp or udp", network)
 	}
-	return &StatsD{addr: addr, network: network, log: log, counts: map[string]uint64{}}, nil
+	s := &StatsD{addr: addr, network: network, log: log, counts: map[string]uint64{}}
+	for _, o := range opts {
+		o(&s.format)
+	}
+	if s.format.dogStatsD && network != "udp" {
+		return nil, fmt.Errorf("statsd: DogStatsD is sent over udp, not %s", network)
+	}
+	return s, nil
 }
 
 // Count adds n to a counter.
@@ -92,11 +101,14 @@ func (s *StatsD) flush() {
 		return
 	}
 	lines := make([][]byte, 0, len(counts)+len(times))
+	var value []byte
 	for name, n := range counts {
-		lines = append(lines, append(strconv.AppendUint([]byte(name+":"), n, 10), "|c\n"...))
+		value = strconv.AppendUint(value[:0], n, 10)
+		lines = append(lines, s.format.line(name, value, "c"))
 	}
 	for _, t := range times {
-		lines = append(lines, append(strconv.AppendFloat([]byte(t.name+":"), t.ms, 'f', -1, 64), "|ms\n"...))
+		value = strconv.AppendFloat(value[:0], t.ms, 'f', -1, 64)
+		lines = append(lines, s.format.line(t.name, value, "ms"))
 	}
 	if err := s.send(lines); err != nil {
 		s.log.Warn("statsd: stats not sent", "addr", s.addr, "err", err, "timings_dropped", lost)

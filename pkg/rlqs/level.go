@@ -15,11 +15,12 @@ import (
 // last report. A report works on the levels of its buckets through these,
 // not through maps made anew for it.
 type streamLevel struct {
-	key   string
-	limit limit.Limit
-	rate  float64 // requests per second
-	size  int64   // what the limit admits at once: the bursts' budget
-	subs  []levelSub
+	key    string
+	limit  limit.Limit
+	second bool    // the limit counts per second (limit.Bucket.SecondUnit)
+	rate   float64 // requests per second
+	size   int64   // what the limit admits at once: the bursts' budget
+	subs   []levelSub
 	// owed is what the Envoy allowed there that no store call charged
 	// yet: the next report's charge.
 	owed int64
@@ -61,7 +62,7 @@ func (st *stream) watch(b *sub, now time.Time) {
 		}
 		// The config's latest word on the limit (a reload may change it
 		// under the same key).
-		sl.limit, sl.rate, sl.size = l.Rule.Limit, l.Rule.Limit.PerSecond(), l.Rule.Limit.Size
+		sl.limit, sl.second, sl.rate, sl.size = l.Rule.Limit, l.Rule.SecondUnit(), l.Rule.Limit.PerSecond(), l.Rule.Limit.Size
 		sl.subs = append(sl.subs, levelSub{b, i})
 		b.levels[i].sl = sl
 	}
@@ -81,7 +82,7 @@ func (st *stream) unwatch(b *sub) {
 			st.svc.opts.Usage.unwatch(sl.key)
 		}
 		if sl.owed > 0 {
-			st.orphans = append(st.orphans, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true})
+			st.orphans = append(st.orphans, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true, SecondUnit: sl.second})
 		}
 	}
 }
@@ -110,7 +111,7 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 	calls := sc.calls[:0]
 	for _, sl := range levels {
 		if sl.owed > 0 {
-			calls = append(calls, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true})
+			calls = append(calls, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true, SecondUnit: sl.second})
 			sl.owed = 0
 		}
 	}

@@ -130,8 +130,11 @@ type StepExplanation struct {
 	// Entry is the index of the request entry the node matched.
 	Entry int `json:"entry"`
 	// Path is the node's place in the tree; Line its line in the
-	// domain's file (0 when unknown, as for a config from xDS).
+	// domain's file (0 when unknown, as for a config from xDS), or in File
+	// when that is set: the file, merged into the domain, of its top-level
+	// descriptor.
 	Path string `json:"path"`
+	File string `json:"file,omitempty"`
 	Line int    `json:"line,omitempty"`
 	// Match is how it matched: "exact", "wildcard" or "any value".
 	Match     string             `json:"match"`
@@ -318,6 +321,9 @@ func explain(d *descriptors.Domain, req *rlsv3.RateLimitRequest, w *work, walks 
 		}
 		for _, st := range walk.Steps {
 			se := StepExplanation{Entry: st.Entry, Path: st.Path, Line: st.Line, Match: st.Match.String(), Unlimited: st.Unlimited}
+			if st.File != d.File {
+				se.File = st.File
+			}
 			for _, l := range st.Limits {
 				se.Limits = append(se.Limits, LimitExplanation{LimitDescription: l.Rule.Describe(), Label: l.Rule.Label(), Skipped: l.Skipped})
 			}

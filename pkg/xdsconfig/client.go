@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -45,43 +48,68 @@ type Client struct {
 	OnUnknownField func(UnknownField)
 	// Log receives connection failures and refused updates.
 	Log *slog.Logger
-	// Backoff bounds the wait between connection attempts: from Min,
-	// doubling to Max; zero values mean 500ms and 30s.
-	Backoff struct{ Min, Max time.Duration }
+	// NodeMetadata is sent as the node's metadata, each value a string
+	// (envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_METADATA); none if empty.
+	NodeMetadata map[string]string
+	// Headers are sent as gRPC metadata when each stream opens
+	// (CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS).
+	Headers map[string]string
+	// MaxMessageBytes bounds a response of the server; 0 is gRPC's default,
+	// 4 MiB. A larger one ends the stream (the config in force stays),
+	// which opens again after the backoff.
+	MaxMessageBytes int
+	// Backoff is the wait before connecting again after the stream ended;
+	// it starts again from its first wait once a stream got a response.
+	Backoff Backoff
+
+	// sleep waits d, or until ctx ends; nil waits on a timer. Tests set it.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Run subscribes until ctx ends, connecting again with backoff when the
 // server is away or the stream breaks. It returns ctx's error.
 func (c *Client) Run(ctx context.Context) error {
-	minWait, maxWait := c.Backoff.Min, c.Backoff.Max
-	if minWait <= 0 {
-		minWait = 500 * time.Millisecond
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(c.Credentials)}
+	if c.MaxMessageBytes > 0 {
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(c.MaxMessageBytes)))
 	}
-	if maxWait <= 0 {
-		maxWait = 30 * time.Second
-	}
-	conn, err := grpc.NewClient(c.Address, grpc.WithTransportCredentials(c.Credentials))
+	conn, err := grpc.NewClient(c.Address, opts...)
 	if err != nil {
 		return fmt.Errorf("xds config: %w", err)
 	}
 	defer conn.Close()
+	sleep := c.sleep
+	if sleep == nil {
+		sleep = sleepCtx
+	}
 	s := &subscription{c: c}
-	wait := minWait
+	failures := 0
 	for {
 		err := s.stream(ctx, conn)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if s.received {
-			wait = minWait // the server answered: it is there
+			failures = 0 // the server answered: it is there
 		}
+		failures++
+		wait := c.Backoff.Wait(failures, rand.Float64())
 		c.Log.Warn("xds config: the stream ended; the config in force stays", "server", c.Address, "err", err, "retry_in", wait)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+		if err := sleep(ctx, wait); err != nil {
+			return err
 		}
-		wait = min(wait*2, maxWait)
+	}
+}
+
+// sleepCtx waits d, or until ctx ends, and returns ctx's error then.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -109,11 +137,20 @@ const (
 func (s *subscription) stream(ctx context.Context, conn *grpc.ClientConn) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if len(s.c.Headers) > 0 {
+		ctx = metadata.NewOutgoingContext(ctx, metadata.New(s.c.Headers))
+	}
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return err
 	}
 	node := &corev3.Node{Id: s.c.NodeID}
+	if len(s.c.NodeMetadata) > 0 {
+		node.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for k, v := range s.c.NodeMetadata {
+			node.Metadata.Fields[k] = structpb.NewStringValue(v)
+		}
+	}
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: TypeURL, VersionInfo: s.version}); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -97,6 +98,13 @@ func startAsRatelimit(t *testing.T, host string, env ...string) *process {
 	p := &process{cmd: exec.Command(ratelimit), out: &binarytest.Output{},
 		grpcAddr: net.JoinHostPort(host, strconv.Itoa(grpcPort)), httpAddr: net.JoinHostPort(host, strconv.Itoa(httpPort))}
 	p.cmd.Env = append(env, "HOST="+host, "GRPC_HOST="+host, "PORT="+strconv.Itoa(httpPort), "GRPC_PORT="+strconv.Itoa(grpcPort))
+	if !slices.ContainsFunc(env, func(v string) bool {
+		return strings.HasPrefix(v, "DEBUG_HOST=") || strings.HasPrefix(v, "DEBUG_PORT=") || strings.HasPrefix(v, "RLS_ADMIN_ADDR=")
+	}) {
+		// The admin address is 127.0.0.1:6070 by default: one port for
+		// every test process at once. Off, unless a test asks for it.
+		p.cmd.Env = append(p.cmd.Env, "RLS_ADMIN_ADDR=")
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -46,6 +46,26 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - -memory-snapshot={{ include "envoy-rls.snapshotPath" . }}
 - -memory-snapshot-interval={{ .Values.persistence.snapshotInterval }}
 {{- end }}
+{{- else if eq .Values.store.type "memcached" }}
+{{- $m := .Values.store.memcached }}
+- -store=memcached
+{{- if $m.srv }}
+- -memcached-srv={{ $m.srv }}
+{{- if ne (toString $m.srvRefresh) "0s" }}
+- -memcached-srv-refresh={{ $m.srvRefresh }}
+{{- end }}
+{{- else }}
+- -memcached-addrs={{ join "," $m.addrs }}
+{{- end }}
+{{- if $m.keyPrefix }}
+- {{ printf "-memcached-key-prefix=%s" $m.keyPrefix | quote }}
+{{- end }}
+{{- if $m.tls.enabled }}
+- -memcached-tls
+{{- if $m.tls.existingSecret }}
+- -memcached-tls-ca=/etc/envoy-rls-memcached-tls/ca.crt
+{{- end }}
+{{- end }}
 {{- else }}
 {{- $r := .Values.store.redis }}
 - -store=redis
@@ -65,6 +85,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- if ne (toString $r.syncInterval) "0s" }}
 - -sync-interval={{ $r.syncInterval }}
+{{- end }}
+{{- with $r.perSecond }}
+{{- if .url }}
+- -redis-persecond-url={{ .url }}
+{{- if .cluster }}
+- -redis-persecond-cluster
+{{- end }}
+{{- if .sentinel.master }}
+- -redis-persecond-sentinel-master={{ .sentinel.master }}
+- -redis-persecond-sentinel-addrs={{ join "," .sentinel.addrs }}
+{{- end }}
+{{- if .existingSecret.name }}
+- -redis-persecond-password-file=/etc/envoy-rls-redis-persecond/password
+{{- end }}
+{{- if .tls.existingSecret }}
+- -redis-persecond-tls-ca=/etc/envoy-rls-redis-persecond-tls/ca.crt
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- with $mem.maxBytes }}

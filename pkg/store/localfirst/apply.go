@@ -238,7 +238,7 @@ func (s *Store) settleHere(r *request, admitted bool, results []limit.Result) []
 // lacks is added to debts, for Redis.
 func (s *Store) take(e *entry, b limit.Bucket, debts []debt) []debt {
 	if b.Always && b.Hits > e.lease {
-		debts = append(debts, debt{entry: e, key: b.Key, limit: b.Limit, hits: owed(b.Hits, e.lease)})
+		debts = append(debts, debt{entry: e, key: b.Key, limit: b.Limit, second: b.SecondUnit, hits: owed(b.Hits, e.lease)})
 		e.lease = 0
 		e.paying++
 		return debts

@@ -13,10 +13,11 @@ import (
 // Redis granted this replica: usage already spent, to be charged on Redis
 // past the limit.
 type debt struct {
-	entry *entry
-	key   string
-	limit limit.Limit
-	hits  int64
+	entry  *entry
+	key    string
+	limit  limit.Limit
+	second bool // limit.Bucket.SecondUnit
+	hits   int64
 }
 
 // owed is what a charge of hits leaves owed beyond a lease (which a sync
@@ -73,7 +74,7 @@ func awaitPaid(ctx context.Context, paid <-chan struct{}) {
 func (s *Store) sendDebts(ctx context.Context, now time.Time, debts []debt) {
 	pays := make([]limit.Bucket, len(debts))
 	for n, d := range debts {
-		pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true}
+		pays[n] = limit.Bucket{Key: d.key, Limit: d.limit, Hits: d.hits, Always: true, SecondUnit: d.second}
 	}
 	rnow := now.UnixMicro() + s.offset.Load()
 	err := s.remote.Apply(ctx, now, pays, make([]limit.Result, len(pays)))
@@ -140,7 +141,7 @@ func (s *Store) payDebts(ctx context.Context, now time.Time) {
 				e.debt = 0
 				continue
 			}
-			debts = append(debts, debt{entry: e, key: e.key, limit: e.limit, hits: e.debt})
+			debts = append(debts, debt{entry: e, key: e.key, limit: e.limit, second: e.second, hits: e.debt})
 			e.debt = 0
 			e.paying++
 		}

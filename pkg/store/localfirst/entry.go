@@ -20,6 +20,10 @@ type entry struct {
 	// answer for the bucket set it.
 	model limit.State
 	known bool
+	// second marks the bucket of a limit counted per second
+	// (limit.Bucket.SecondUnit): on a per-second Redis, when the store
+	// has one.
+	second bool
 	// lease is the units Redis charged for this replica that it has not
 	// used: what it may admit without asking; leasedAt is Redis's time of
 	// the last grant.
@@ -66,7 +70,7 @@ func (s *Store) entry(sh *shard, h uint64, b limit.Bucket) (*entry, error) {
 	if e != nil && e.key != b.Key {
 		return nil, errFull // two keys of one hash: the second is not tracked
 	}
-	if e != nil && e.limit == b.Limit {
+	if e != nil && e.matches(b) {
 		return e, nil
 	}
 	if e == nil {
@@ -77,19 +81,24 @@ func (s *Store) entry(sh *shard, h uint64, b limit.Bucket) (*entry, error) {
 		e = &entry{key: b.Key}
 		sh.m[h] = e
 	}
-	if e.limit != b.Limit {
-		e.reload(b.Limit)
+	if !e.matches(b) {
+		e.reload(b)
 	}
 	return e, nil
+}
+
+// matches reports whether e is an entry of b's limit, kept where b is.
+func (e *entry) matches(b limit.Bucket) bool {
+	return e.limit == b.Limit && e.second == b.SecondUnit
 }
 
 // reload makes e an entry of a new limit: what was leased under the old
 // one is not this one's (it is left to leak or expire on Redis), and the
 // model is learnt anew from Redis, which keeps a bucket's count across a
-// change of limit. A debt is kept: it is usage of the bucket's key,
-// whatever its limit now.
-func (e *entry) reload(l limit.Limit) {
-	*e = entry{key: e.key, limit: l, calls: e.calls, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1, reloaded: e.gen + 1}
+// change of limit (not across a move to or from a per-second Redis). A
+// debt is kept: it is usage of the bucket's key, whatever its limit now.
+func (e *entry) reload(b limit.Bucket) {
+	*e = entry{key: e.key, limit: b.Limit, second: b.SecondUnit, calls: e.calls, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1, reloaded: e.gen + 1}
 }
 
 // orphan takes units Redis granted, as l answers, to a lease of e that
@@ -99,7 +108,7 @@ func (e *entry) reload(l limit.Limit) {
 // reset or an ended window, the bucket they were charged to is gone:
 // they are lost, and counted so.
 func (s *Store) orphan(e *entry, l *redis.Lease, gen uint32) {
-	same := e.reloaded == e.gen && gen < e.gen && l.Limit.Algorithm == e.limit.Algorithm &&
+	same := e.reloaded == e.gen && gen < e.gen && l.Limit.Algorithm == e.limit.Algorithm && l.SecondUnit == e.second &&
 		(e.limit.Algorithm != limit.SlidingWindow || l.Limit.Sliding().Resolution == e.limit.Sliding().Resolution)
 	if l.Granted <= 0 {
 		return

@@ -24,7 +24,7 @@ func (s *Store) State(ctx context.Context, now time.Time, buckets []limit.Bucket
 		h := maphash.String(s.seed, b.Key)
 		sh := &s.shards[h%shards]
 		sh.mu.Lock()
-		if e := sh.m[h]; e != nil && e.key == b.Key && e.known && e.limit == b.Limit {
+		if e := sh.m[h]; e != nil && e.key == b.Key && e.known && e.matches(b) {
 			states[i] = e.model
 			states[i].Counts = slices.Clone(e.model.Counts)
 		}

@@ -94,22 +94,22 @@ func (s *Store) askUnits(ctx context.Context, now time.Time, r *request, results
 		if e.stale > 0 {
 			// A sliding window's units set aside, which Redis still counts:
 			// given back first, to make the room they hold.
-			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, Return: e.stale, At: e.staleAt})
+			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, SecondUnit: b.SecondUnit, Return: e.stale, At: e.staleAt})
 			p.index, p.roles = append(p.index, i), append(p.roles, giveBack)
 			e.stale = 0
 		}
 		if b.Always && b.Hits == 0 {
-			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit})
+			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, SecondUnit: b.SecondUnit})
 			p.index, p.roles = append(p.index, i), append(p.roles, count)
 			continue
 		}
 		// The units lacking, on the slack a drip's edge may need; then
 		// enough for the requests to come.
-		leases = append(leases, redis.Lease{Key: b.Key, Limit: inflated(b.Limit, slack(b.Limit)), Ask: p.r.short[i]})
+		leases = append(leases, redis.Lease{Key: b.Key, Limit: inflated(b.Limit, slack(b.Limit)), SecondUnit: b.SecondUnit, Ask: p.r.short[i]})
 		p.index, p.roles = append(p.index, i), append(p.roles, lacking)
 		if more := s.want(e, b) - b.Hits; more > 0 && alone {
 			// (With a call out already, its units are on their way.)
-			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, Ask: more})
+			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, SecondUnit: b.SecondUnit, Ask: more})
 			p.index, p.roles = append(p.index, i), append(p.roles, forLater)
 		}
 	}

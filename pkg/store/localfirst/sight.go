@@ -15,8 +15,8 @@ func (s *Store) track(sh *shard, h uint64, b limit.Bucket) *entry {
 		if e.key != b.Key {
 			return nil // another key of that hash holds the place
 		}
-		if e.limit != b.Limit {
-			e.reload(b.Limit)
+		if !e.matches(b) {
+			e.reload(b)
 		}
 		return e
 	}

@@ -66,7 +66,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 			if e.stale > 0 {
 				// Set aside by expire, granted at another time: given back
 				// first, in the same call.
-				leases = append(leases, redis.Lease{Key: key, Limit: e.limit, Return: e.stale, At: e.staleAt})
+				leases = append(leases, redis.Lease{Key: key, Limit: e.limit, SecondUnit: e.second, Return: e.stale, At: e.staleAt})
 				entries, gens = append(entries, e), append(gens, e.gen)
 				e.stale = 0
 				e.calls++
@@ -133,7 +133,7 @@ func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
 	if all || !e.known {
 		target = 0
 	}
-	l := redis.Lease{Key: key, Limit: e.limit, At: e.leasedAt}
+	l := redis.Lease{Key: key, Limit: e.limit, SecondUnit: e.second, At: e.leasedAt}
 	switch {
 	case e.limit.Algorithm != limit.LeakyBucket:
 		if e.prev > 0 || target == 0 {

@@ -57,7 +57,7 @@ func chunksAllOrNothing(t *testing.T, o Options, tags int) {
 				buckets[i].Shadow = i%11 == 3
 				buckets[i].Always = always && i%5 == 1
 			}
-			if parts := s.split(s.keys(buckets), buckets); len(parts) != tags || len(parts[0]) < 3 {
+			if parts, _ := s.split(s.keys(buckets), buckets); len(parts) != tags || len(parts[0]) < 3 {
 				t.Fatalf("%d runs of %d calls: the request must span several calls of each slot", len(parts), len(parts[0]))
 			}
 			now := time.UnixMicro(1_760_000_000_000_000)
@@ -136,9 +136,9 @@ func TestCutBoundsCalls(t *testing.T) {
 					buckets[i].Limit = heavy
 				}
 			}
-			s := &Store{keyPrefix: "cut:", cluster: cluster}
+			s := &Store{keyPrefix: "cut:", servers: []*server{{cluster: cluster}}}
 			keys := s.keys(buckets)
-			runs := s.split(keys, buckets)
+			runs, _ := s.split(keys, buckets)
 			seen := make([]bool, n)
 			for _, run := range runs {
 				for _, p := range run {

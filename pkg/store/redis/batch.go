@@ -18,7 +18,8 @@ import (
 // calls out per slot made batches half as large and cost Redis 6% more
 // per request.) Each request is still decided all or nothing on its own,
 // and in order, so it sees the buckets as the ones before it in the call
-// left them.
+// left them. (A slot here is a place: the hash slot of one of the store's
+// Redis servers.)
 type batcher struct {
 	s     *Store
 	limit int
@@ -29,9 +30,9 @@ type batcher struct {
 	timer *time.Timer
 
 	mu     sync.Mutex
-	queues map[uint16][]*queued // by slot; one, 0, for a single Redis
-	slots  []uint16             // slots with requests waiting, oldest first
-	busy   map[uint16]bool      // slots with a call out
+	queues map[place][]*queued // by place: server and slot
+	slots  []place             // places with requests waiting, oldest first
+	busy   map[place]bool      // places with a call out
 	closed bool
 	// gap is the time between requests, a moving average (with wait
 	// only), and last when the last came.
@@ -67,7 +68,7 @@ type queued struct {
 }
 
 func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
-	b := &batcher{s: s, limit: limit, wait: wait, queues: map[uint16][]*queued{}, busy: map[uint16]bool{},
+	b := &batcher{s: s, limit: limit, wait: wait, queues: map[place][]*queued{}, busy: map[place]bool{},
 		gap:  wait,
 		wake: make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -79,7 +80,7 @@ func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 // submit queues a request and waits for its answer or the end of ctx. A
 // request abandoned at the end of ctx may still be decided, and charge:
 // the lost reply of the package documentation.
-func (b *batcher) submit(ctx context.Context, slot uint16, weight int, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
+func (b *batcher) submit(ctx context.Context, slot place, weight int, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
 	q := &queued{ctx: ctx, since: time.Now(), at: at, weight: int32(weight), keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
 		answer: make(chan error, 1)}
 	b.mu.Lock()
@@ -152,7 +153,7 @@ func (b *batcher) loop() {
 				break
 			}
 			go func() {
-				b.call(group)
+				b.call(group, slot)
 				b.release(slot)
 				<-b.inflight
 				b.signal()
@@ -172,7 +173,7 @@ func (b *batcher) signal() {
 // buckets) of the slot waiting longest that has no call out, and marks it
 // busy; without one, it returns how long until a slot's requests have
 // waited for more as long as they may (0: none waits).
-func (b *batcher) take() ([]*queued, uint16, time.Duration) {
+func (b *batcher) take() ([]*queued, place, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var wait time.Duration
@@ -239,15 +240,15 @@ const (
 )
 
 // release marks a slot's call done.
-func (b *batcher) release(slot uint16) {
+func (b *batcher) release(slot place) {
 	b.mu.Lock()
 	delete(b.busy, slot)
 	b.mu.Unlock()
 }
 
-// call decides a group in one script call. Requests whose call has ended
-// are left out; the call's deadline is the latest of the others'.
-func (b *batcher) call(group []*queued) {
+// call decides a group, at p, in one script call. Requests whose call has
+// ended are left out; the call's deadline is the latest of the others'.
+func (b *batcher) call(group []*queued, p place) {
 	live := group[:0:0]
 	var deadline time.Time
 	bounded := true
@@ -280,7 +281,7 @@ func (b *batcher) call(group []*queued) {
 	}
 	// Straight to the connection pool: a call already gathers what a
 	// pipeline would, and several calls are out at once.
-	cs := b.s.client.Load()
+	cs := b.s.clientsAt(p)
 	direct := &clients{conn: cs.conn, breakers: cs.breakers}
 	_, err := runRequests(ctx, direct, -1, keys, reqs)
 	for _, q := range live {

@@ -48,31 +48,31 @@ func callWeights(buckets []limit.Bucket) int {
 	return w
 }
 
-// split groups a request's buckets into runs, one per slot, each cut into
-// parts of at most maxCallBuckets (cut), each decided by one call.
-func (s *Store) split(keys []string, buckets []limit.Bucket) [][]*part {
-	return cut(s.cluster, keys, func(i int) int { return callWeight(buckets[i].Limit) },
+// split groups a request's buckets into runs, one per place (server and
+// slot), each cut into parts of at most maxCallBuckets (cut), each decided
+// by one call; it returns the runs' places too.
+func (s *Store) split(keys []string, buckets []limit.Bucket) ([][]*part, []place) {
+	where := s.places(keys, func(i int) bool { return buckets[i].SecondUnit })
+	return cut(where, func(i int) int { return callWeight(buckets[i].Limit) },
 		func(p *part, i int) { p.add(i, keys[i], buckets[i]) })
 }
 
-// cut groups the items whose Redis keys are keys into runs, one per slot
-// (one in all on a single Redis, cluster false), and cuts each, in the
-// items' order, into calls of at most maxCallBuckets by weight, but of
-// one item at least; add puts item i in a call.
-func cut[T any](cluster bool, keys []string, weight func(i int) int, add func(c *T, i int)) [][]*T {
+// cut groups items by where they live, where[i] (one run per place: one
+// in all on a single Redis), and cuts each run, in the items' order, into
+// calls of at most maxCallBuckets by weight, but of one item at least;
+// add puts item i in a call. It returns the runs and their places.
+func cut[T any](where []place, weight func(i int) int, add func(c *T, i int)) ([][]*T, []place) {
 	type open struct{ run, weight int }
 	var runs [][]*T
-	bySlot := map[uint16]*open{}
-	for i, k := range keys {
-		var sl uint16
-		if cluster {
-			sl = slot(k)
-		}
-		o := bySlot[sl]
+	var places []place
+	byPlace := map[place]*open{}
+	for i, p := range where {
+		o := byPlace[p]
 		if o == nil {
 			o = &open{run: len(runs)}
-			bySlot[sl] = o
+			byPlace[p] = o
 			runs = append(runs, nil)
+			places = append(places, p)
 		}
 		w := weight(i)
 		if len(runs[o.run]) == 0 || o.weight+w > maxCallBuckets {
@@ -83,7 +83,7 @@ func cut[T any](cluster bool, keys []string, weight func(i int) int, add func(c 
 		run := runs[o.run]
 		add(run[len(run)-1], i)
 	}
-	return runs
+	return runs, places
 }
 
 // runFlags are what the runs of one request tell each other.

@@ -250,3 +250,13 @@ func TestClusterSendsAgainWhileSlotMoves(t *testing.T) {
 		t.Fatalf("remaining %d and %d after two requests of one hit, want 98 each: decided once", res[0].Remaining, res[1].Remaining)
 	}
 }
+
+// sameSlot reports whether the keys share one Cluster slot.
+func sameSlot(keys []string) bool {
+	for _, k := range keys[1:] {
+		if slot(k) != slot(keys[0]) {
+			return false
+		}
+	}
+	return true
+}

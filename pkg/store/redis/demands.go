@@ -115,11 +115,13 @@ func (s *Store) ExchangeRecords(ctx context.Context, now time.Time, replica stri
 	for i, sh := range shelves {
 		keys[i] = demandKey(s.keyPrefix, sh.Level)
 	}
-	runs := cut(s.cluster, keys, func(int) int { return 1 }, func(c *demandCall, i int) {
+	// On the first Redis: demands are no limit's buckets.
+	where := s.places(keys, func(int) bool { return false })
+	runs, _ := cut(where, func(int) int { return 1 }, func(c *demandCall, i int) {
 		c.keys = append(c.keys, keys[i])
 		c.shelves = append(c.shelves, shelves[i])
 	})
-	cs := s.client.Load()
+	cs := s.clientsAt(0)
 	parallel(runs, func(run []*demandCall) { exchangeRun(ctx, cs, s.at(now), replica, run) })
 	var first error
 	failed, calls := 0, 0

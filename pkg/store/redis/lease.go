@@ -14,6 +14,8 @@ import (
 type Lease struct {
 	Key   string
 	Limit limit.Limit
+	// SecondUnit is the bucket's limit.Bucket.SecondUnit: where it lives.
+	SecondUnit bool
 	// Return is the units granted before and not used, given back; At is
 	// the Unix time in microseconds they were granted at (a window takes
 	// them from the (sub-)window they were charged to).
@@ -48,7 +50,8 @@ const leaseFields = 4
 // all of them. A slot's calls go one after another, as a request's parts
 // do (decideRun: they share a node, where parallel calls only queue
 // together), and the slots in parallel. It returns the time Redis decided
-// at (Unix microseconds; the latest, if several calls), and the first
+// at (Unix microseconds; the latest, if several calls; each lease has its
+// own server's), and the first
 // error of a call, whose buckets have their Err set.
 //
 // It needs the script mode.
@@ -58,6 +61,7 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	}
 	w := s.when(now)
 	type call struct {
+		cs    *clients
 		index []int
 		keys  []string
 		now   int64
@@ -67,13 +71,18 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	for i := range leases {
 		keys[i] = redisKey(s.keyPrefix, leases[i].Key)
 	}
-	runs := cut(s.cluster, keys, func(i int) int { return callWeight(leases[i].Limit) }, func(c *call, i int) {
+	where := s.places(keys, func(i int) bool { return leases[i].SecondUnit })
+	runs, places := cut(where, func(i int) int { return callWeight(leases[i].Limit) }, func(c *call, i int) {
 		c.index = append(c.index, i)
 		c.keys = append(c.keys, keys[i])
 	})
-	cs := s.client.Load()
+	for r, run := range runs {
+		for _, c := range run {
+			c.cs = s.clientsAt(places[r])
+		}
+	}
 	inTurn(runs, func(c *call) {
-		vals, err := runScript(ctx, cs, &leaseScript, c.keys, leaseArgs(w.at, w.ref, leases, c.index))
+		vals, err := runScript(ctx, c.cs, &leaseScript, c.keys, leaseArgs(w.at, w.ref, leases, c.index))
 		if err == nil && len(vals) != leaseFields*len(c.keys)+1 {
 			err = fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(c.keys))
 		}

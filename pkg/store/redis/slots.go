@@ -46,15 +46,28 @@ func (p *part) admitted() bool {
 const undoTimeout = time.Second
 
 // applySlots decides a request that one call cannot: its buckets span
-// several slots, or more than maxCallBuckets. Each slot's buckets go in
-// calls of at most maxCallBuckets, in turn, and the slots in parallel
-// (decideRun). If a part rejects or fails, what the other parts charged
-// is undone, so a rejected request still charges nothing (but what
-// charges always).
-func (s *Store) applySlots(ctx context.Context, c *clients, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
-	runs := s.split(keys, buckets)
+// several slots, or both Redis servers, or more than maxCallBuckets. Each
+// place's buckets go in calls of at most maxCallBuckets, in turn, and the
+// places of a server in parallel (decideRun); the per-second Redis's
+// first, then the first Redis's, so that a request a per-second limit
+// refuses (the tighter, as a rule) only peeks at the others, and leaves
+// nothing there for other requests to find charged until it is undone.
+// If a part rejects or fails, what the other parts charged is undone, on
+// whichever server they were charged, so a rejected request still charges
+// nothing (but what charges always).
+func (s *Store) applySlots(ctx context.Context, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
+	runs, places := s.split(keys, buckets)
+	cs := make([]*clients, len(runs))
+	byServer := make([][]int, len(s.servers))
+	for r, p := range places {
+		cs[r] = s.clientsAt(p)
+		byServer[p.server()] = append(byServer[p.server()], r)
+	}
 	var flags runFlags
-	parallel(runs, func(run []*part) { s.decideRun(ctx, c, at, run, &flags) })
+	for n := len(byServer) - 1; n >= 0; n-- {
+		rs := byServer[n]
+		parallelN(len(rs), func(i int) { s.decideRun(ctx, cs[rs[i]], at, runs[rs[i]], &flags) })
+	}
 
 	var failed error
 	rejected, unsent := false, false
@@ -82,12 +95,13 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at when, keys []stri
 		return nil
 	}
 
-	var undos [][]*undo // per slot, in turn
-	for _, run := range runs {
+	var undos [][]*undo // per place, in turn
+	for r, run := range runs {
 		var us []*undo
 		for _, p := range run {
 			if p.sent && p.err == nil && !p.peek && p.admitted() {
 				if u := undoOf(p); u != nil {
+					u.c = cs[r]
 					us = append(us, u)
 				}
 			}
@@ -96,7 +110,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at when, keys []stri
 			undos = append(undos, us)
 		}
 	}
-	parallel(undos, func(run []*undo) { s.undoRun(ctx, c, at.at, run) })
+	parallel(undos, func(run []*undo) { s.undoRun(ctx, run[0].c, at.at, run) })
 	var windows []int // sliding windows undone, whose counts the undo does not return
 	for _, run := range undos {
 		for _, u := range run {
@@ -105,7 +119,7 @@ func (s *Store) applySlots(ctx context.Context, c *clients, at when, keys []stri
 	}
 	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	s.rereadWindows(readCtx, c, at.at, windows, keys, buckets, results)
+	s.rereadWindows(readCtx, at.at, windows, keys, buckets, results)
 	if rejected && !unsent {
 		// Rejected for certain, whatever else failed. (Parts not sent, after
 		// a failure, leave their figures unknown and what charges always
@@ -161,7 +175,7 @@ func undoneResults(u *undo, buckets []limit.Bucket, results []limit.Result, wind
 // rereadWindows reads the sliding windows at these indexes again once
 // undone, for their figures as they stay (the time to clear, above all).
 // If the read fails, the results keep what the undo alone tells.
-func (s *Store) rereadWindows(ctx context.Context, c *clients, at int64, windows []int, keys []string, buckets []limit.Bucket, results []limit.Result) {
+func (s *Store) rereadWindows(ctx context.Context, at int64, windows []int, keys []string, buckets []limit.Bucket, results []limit.Result) {
 	if len(windows) == 0 {
 		return
 	}
@@ -170,12 +184,12 @@ func (s *Store) rereadWindows(ctx context.Context, c *clients, at int64, windows
 		wk[n], wb[n] = keys[i], buckets[i]
 	}
 	states := make([]limit.State, len(windows))
-	now, err := s.read(ctx, c, at, wk, wb, states)
+	nows, err := s.readAll(ctx, at, wk, wb, states)
 	if err != nil {
 		return
 	}
 	for n, i := range windows {
-		r := limit.Decide(states[n], wb[n].Limit, time.UnixMicro(now), 0)
+		r := limit.Decide(states[n], wb[n].Limit, time.UnixMicro(nows[n]), 0)
 		r.Admitted = true // the window had room; the request was refused elsewhere
 		results[i] = r
 	}
@@ -183,6 +197,7 @@ func (s *Store) rereadWindows(ctx context.Context, c *clients, at int64, windows
 
 // undo is the changes one charged part made, to take back.
 type undo struct {
+	c       *clients // of the server the part was charged on
 	index   []int
 	keys    []string
 	changes []change

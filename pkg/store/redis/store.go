@@ -29,6 +29,13 @@
 // retried (that could charge twice), nor undone; its buckets stay charged
 // until they drain. The same holds for a single Redis.
 //
+// With Options.PerSecond, the buckets of limits counted per second live
+// on a second Redis (single, Sentinel or Cluster, each with its own
+// breakers and timeouts) and the others on the first. A request with
+// buckets on both is split like one that spans slots: its calls go to
+// the per-second Redis, then to the first, and if one refuses, what the
+// other charged is undone, with the same two windows (servers.go).
+//
 // State reads buckets without charging them, and Reset deletes them and
 // publishes their keys on <prefix>resets, where WatchResets hears them, so
 // that every replica can drop them from its over-limit cache.
@@ -101,6 +108,10 @@ type Options struct {
 	// after Trip script calls in a row timed out on it, for Cool; then
 	// one call probes it (package breaker). Script mode only.
 	Breaker Breaker
+	// PerSecond, if set, is a second Redis for the buckets of limits
+	// counted per second (limit.Bucket.SecondUnit); the first keeps the
+	// others (servers.go). Every other option applies to both.
+	PerSecond *Server
 }
 
 // Breaker is when a Redis node's calls stop being sent (package breaker).
@@ -123,17 +134,15 @@ type Pipeline struct {
 
 // Store is the Redis store. It is safe for concurrent use.
 type Store struct {
-	client    atomic.Pointer[clients]
-	pipeline  Pipeline
-	connect   *ClientOptions // nil: the client is not replaced
+	// servers are the first Redis, then the per-second one, if any.
+	servers   []*server
 	closed    atomic.Bool
 	exec      executor
 	batch     *batcher // nil: a script call per request
 	keyPrefix string   // the prefix, and the mode's own mark
 	// resetChannel is where Reset tells every replica of the keys it
-	// reset (WatchResets): the prefix, then "resets".
+	// reset (WatchResets): the prefix, then "resets", on the first Redis.
 	resetChannel string
-	cluster      bool
 	callerClock  bool
 	// refSkew moves the service's clock that calendar windows' periods
 	// are sent around (when.ref) from the time Apply is given: only tests
@@ -173,15 +182,11 @@ type change struct {
 // New returns a store on opts.Client. It does not contact Redis: a Redis that
 // is down makes Apply and Check fail until it answers.
 func New(opts Options) (*Store, error) {
-	if opts.Connect != nil {
-		c, err := NewClient(*opts.Connect)
-		if err != nil {
-			return nil, err
-		}
-		opts.Client = c
-	}
-	if opts.Client == nil {
+	if opts.Connect == nil && opts.Client == nil {
 		return nil, errors.New("redis store: a client is required")
+	}
+	if opts.PerSecond != nil && opts.PerSecond.Connect == nil && opts.PerSecond.Client == nil {
+		return nil, errors.New("per-second redis store: a client is required")
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
@@ -189,15 +194,10 @@ func New(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Pipeline.Limit < 0 || opts.Pipeline.Window < 0 {
-		return nil, fmt.Errorf("redis pipeline: limit %d and window %v must not be negative", opts.Pipeline.Limit, opts.Pipeline.Window)
-	}
-	s := &Store{connect: opts.Connect, keyPrefix: opts.Prefix, resetChannel: opts.Prefix + "resets", callerClock: opts.CallerClock, log: opts.Logger}
-	_, s.cluster = opts.Client.(*goredis.ClusterClient)
+	s := &Store{keyPrefix: opts.Prefix, resetChannel: opts.Prefix + "resets", callerClock: opts.CallerClock, log: opts.Logger}
 	switch opts.Mode {
 	case ScriptMode:
 		s.exec = scriptExec{}
-		s.pipeline = opts.Pipeline
 	case TransactionsMode:
 		s.exec = txExec{}
 		s.keyPrefix += txPrefix
@@ -216,11 +216,19 @@ func New(opts Options) (*Store, error) {
 	if opts.Breaker.Trip > 0 && opts.Mode == ScriptMode {
 		s.breakers = breaker.New(opts.Breaker.Trip, opts.Breaker.Cool, nil)
 	}
-	cs, err := s.newClients(opts.Client)
+	first, err := s.newServer(firstName, opts.Connect, opts.Client, opts.Pipeline)
 	if err != nil {
 		return nil, err
 	}
-	s.client.Store(cs)
+	s.servers = []*server{first}
+	if ps := opts.PerSecond; ps != nil {
+		second, err := s.newServer(perSecondName, ps.Connect, ps.Client, ps.Pipeline)
+		if err != nil {
+			first.client.Load().conn.Close()
+			return nil, err
+		}
+		s.servers = append(s.servers, second)
+	}
 	if opts.Mode == ScriptMode && opts.Batch > 1 {
 		s.batch = newBatcher(s, opts.Batch, opts.BatchWait)
 	}
@@ -233,29 +241,6 @@ type clients struct {
 	conn     goredis.UniversalClient
 	batch    *goredis.AutoPipeliner // nil: each call on its own
 	breakers *breaker.Set           // the store's, which outlive clients; nil: none
-}
-
-func (s *Store) newClients(c goredis.UniversalClient) (*clients, error) {
-	cs := &clients{conn: c, breakers: s.breakers}
-	if s.pipeline.Limit == 0 {
-		return cs, nil
-	}
-	// The deferred face lets a call stop waiting at its deadline. Batches
-	// run in parallel (Unordered): a call's reply does not depend on the
-	// calls before it, and several batches keep Redis busy while replies
-	// travel.
-	ap, err := c.AsyncAutoPipelineWithOptions(&goredis.AutoPipelineOptions{
-		MaxBatchSize:         s.pipeline.Limit,
-		MaxFlushDelay:        s.pipeline.Window,
-		MaxConcurrentBatches: pipelineBatches,
-		Unordered:            true,
-	})
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis pipeline: %w", err)
-	}
-	cs.batch = ap
-	return cs, nil
 }
 
 // DefaultBatch is the most requests one script call decides by default.
@@ -283,19 +268,16 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	}
 	at := s.when(now)
 	keys := s.keys(buckets)
-	c := s.client.Load()
-	if w := callWeights(buckets); w <= maxCallBuckets && (!s.cluster || sameSlot(keys)) {
-		if s.batch != nil {
-			var sl uint16
-			if s.cluster {
-				sl = slot(keys[0])
+	if w := callWeights(buckets); w <= maxCallBuckets {
+		if p, one := s.onePlace(keys, buckets); one {
+			if s.batch != nil {
+				return s.batch.submit(ctx, p, w, at, keys, buckets, results[:len(buckets)])
 			}
-			return s.batch.submit(ctx, sl, w, at, keys, buckets, results[:len(buckets)])
+			_, err := s.exec.run(ctx, s.clientsAt(p), at, keys, buckets, results[:len(buckets)], nil)
+			return err
 		}
-		_, err := s.exec.run(ctx, c, at, keys, buckets, results[:len(buckets)], nil)
-		return err
 	}
-	return s.applySlots(ctx, c, at, keys, buckets, results)
+	return s.applySlots(ctx, at, keys, buckets, results)
 }
 
 // at is the time argument of a script call: now with the caller's clock,
@@ -323,68 +305,11 @@ func (s *Store) keys(buckets []limit.Bucket) []string {
 	return bucketKeys(s.keyPrefix, buckets)
 }
 
-func sameSlot(keys []string) bool {
-	first := slot(keys[0])
-	for _, k := range keys[1:] {
-		if slot(k) != first {
-			return false
-		}
-	}
-	return true
-}
-
-// Check pings Redis: nil when it answers. When the store's client fails
-// but a fresh client reaches Redis, the fresh one replaces it, so calls
-// succeed as soon as Redis is back.
-func (s *Store) Check(ctx context.Context) error {
-	if s.closed.Load() {
-		return errClosed
-	}
-	cur := s.client.Load()
-	if cc, ok := cur.conn.(*goredis.ClusterClient); ok {
-		// Every master must answer. A Cluster client is not replaced: it
-		// manages its nodes' connections itself.
-		return cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return m.Ping(ctx).Err() })
-	}
-	err := cur.conn.Ping(ctx).Err()
-	if err == nil || s.connect == nil || ctx.Err() != nil {
-		return err
-	}
-	fresh, ferr := NewClient(*s.connect)
-	if ferr != nil {
-		return err
-	}
-	if fresh.Ping(ctx).Err() != nil {
-		fresh.Close()
-		return err
-	}
-	next, ferr := s.newClients(fresh)
-	if ferr != nil {
-		return err
-	}
-	if s.closed.Load() || !s.client.CompareAndSwap(cur, next) {
-		fresh.Close()
-		return err
-	}
-	s.log.Info("redis store: Redis answers again; new connections replace the failed ones")
-	time.AfterFunc(retireDelay, func() { cur.conn.Close() })
-	return nil
-}
-
 // retireDelay is how long a replaced client stays open for the calls that
 // still use it.
 const retireDelay = 10 * time.Second
 
 var errClosed = errors.New("redis store is closed")
-
-// Close closes the Redis client; Check fails afterwards.
-func (s *Store) Close() error {
-	s.closed.Store(true)
-	if s.batch != nil {
-		s.batch.close()
-	}
-	return s.client.Load().conn.Close()
-}
 
 func micros(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
