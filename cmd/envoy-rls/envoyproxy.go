@@ -332,6 +332,9 @@ func (r *envoyReader) metrics() {
 		r.set("reference-metrics-addr", r.get("PROMETHEUS_ADDR", ":9090"))
 		r.set("reference-metrics-path", r.get("PROMETHEUS_PATH", "/metrics"))
 		r.copy("PROMETHEUS_MAPPER_YAML", "reference-metrics-mapping")
+		if r.on("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", false) {
+			r.set("reference-metrics-response-ms", "true")
+		}
 	}
 	r.dogStatsD(dog)
 	r.extraTags()

@@ -110,6 +110,7 @@ type xdsSettings struct {
 // in the Prometheus format.
 type refMetricsSettings struct {
 	addr, path, mapping string
+	responseMillis      bool
 }
 
 // envKind is the -env flag: whose environment variables are read beside
@@ -205,6 +206,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.StringVar(&s.refMetrics.addr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's stats in the Prometheus format, named as it names them, on this `address` (its USE_PROMETHEUS); empty: off")
 	fs.StringVar(&s.refMetrics.path, "reference-metrics-path", "/metrics", "the path of -reference-metrics-addr")
 	fs.StringVar(&s.refMetrics.mapping, "reference-metrics-mapping", "", "statsd_exporter mapping `file` naming those metrics (its PROMETHEUS_MAPPER_YAML); empty: the reference's default names")
+	fs.BoolVar(&s.refMetrics.responseMillis, "reference-metrics-response-ms", false, "with the default names, the response time in milliseconds rather than seconds (its PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS)")
 	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection): host:port, or unix:///path for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")

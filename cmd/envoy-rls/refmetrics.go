@@ -44,7 +44,7 @@ func newReferenceStats(s *settings, log *slog.Logger) (*referenceStats, error) {
 		sinks = append(sinks, sd)
 	}
 	if s.refMetrics.addr != "" {
-		p, err := refstats.NewPrometheus(s.refMetrics.mapping, log)
+		p, err := refstats.NewPrometheus(s.refMetrics.mapping, s.refMetrics.responseMillis, log)
 		if err != nil {
 			return nil, err
 		}

@@ -52,12 +52,19 @@ type resolved struct {
 }
 
 // NewPrometheus maps names by the YAML file mappingFile (statsd_exporter's
-// format), or by the reference's default naming if it is "".
-func NewPrometheus(mappingFile string, log *slog.Logger) (*Prometheus, error) {
+// format), or by the reference's default naming if it is "": there, the
+// response time is in seconds, or in milliseconds with responseMillis
+// (the reference's PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, which drops
+// its default mapping's scale; its name still says seconds, as there).
+func NewPrometheus(mappingFile string, responseMillis bool, log *slog.Logger) (*Prometheus, error) {
 	m := &mapper.MetricMapper{}
 	var err error
 	if mappingFile == "" {
-		err = m.InitFromYAMLString(defaultMapping)
+		mapping := defaultMapping
+		if responseMillis {
+			mapping = strings.Replace(mapping, "    scale: 0.001\n", "", 1)
+		}
+		err = m.InitFromYAMLString(mapping)
 	} else {
 		err = m.InitFromFile(mappingFile)
 	}

@@ -170,7 +170,7 @@ func TestPrometheusNames(t *testing.T) {
 		p.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
 		return rr.Body.String()
 	}
-	p, err := NewPrometheus("", slog.New(slog.DiscardHandler))
+	p, err := NewPrometheus("", false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestPrometheusNames(t *testing.T) {
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err = NewPrometheus(file, slog.New(slog.DiscardHandler))
+	p, err = NewPrometheus(file, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,17 @@ func TestPrometheusNames(t *testing.T) {
 			t.Errorf("no %s in:\n%s", want, body)
 		}
 	}
-	if _, err := NewPrometheus(filepath.Join(t.TempDir(), "missing.yaml"), slog.New(slog.DiscardHandler)); err == nil {
+	if _, err := NewPrometheus(filepath.Join(t.TempDir(), "missing.yaml"), false, slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("a missing mapping file was accepted")
+	}
+
+	// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS: the response time unscaled.
+	p, err = NewPrometheus("", true, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	NewObserver(p, 0.8).Call("eg", "OK", 3*time.Millisecond)
+	if body, want := scrape(p), `ratelimit_service_response_time_seconds_sum{grpc_method="ShouldRateLimit"} 3`; !strings.Contains(body, want+"\n") {
+		t.Errorf("no %s in:\n%s", want, body)
 	}
 }
