@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -113,6 +114,7 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 	c := &Config{domains: map[string]*Domain{}}
 	var errs, warnings []Problem
 	firstLine := map[string]int{}
+	unmatched := map[string][]unmatchedReplace{} // by domain
 	for _, src := range sources {
 		r := &reader{file: src.Name, algorithm: o.RateLimitAlgorithm, charge: o.Charge, leaf: o.Leaf}
 		raw := parseFile(r, src.Data)
@@ -122,6 +124,7 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 			errs = append(errs, r.errors.list...)
 			continue
 		}
+		unmatched[raw.name] = append(unmatched[raw.name], r.unmatched...)
 		prev, dup := c.domains[raw.name]
 		if dup && !o.MergeDomains {
 			errs = append(errs, Problem{File: src.Name, Line: raw.line, Field: "domain",
@@ -149,6 +152,7 @@ func (o Options) Parse(sources ...Source) (*Config, []Problem, error) {
 		c.domains[raw.name] = d
 		c.files = append(c.files, src.Name)
 	}
+	warnings = append(warnings, replacesNothing(c, unmatched)...)
 	if len(errs) == 0 && o.Check != nil {
 		errs = o.Check(c)
 	}
@@ -211,3 +215,25 @@ func (o Options) IsConfigFile(name string) bool {
 
 // ErrNoConfig is returned by Load for a directory without config files.
 var ErrNoConfig = errors.New("no config files")
+
+// replacesNothing returns the warnings of replaces that name no limit of
+// their domain, once its files are merged: a name another file of the
+// domain defines is no warning.
+func replacesNothing(c *Config, unmatched map[string][]unmatchedReplace) []Problem {
+	var out []Problem
+	for domain, us := range unmatched {
+		names := map[string]bool{}
+		if d := c.domains[domain]; d != nil {
+			for _, r := range d.Rules() {
+				names[r.Name] = true
+			}
+		}
+		for _, u := range us {
+			if !names[u.name] && len(out) < maxProblems {
+				out = append(out, u.warning)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Problem) int { return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line)) })
+	return out
+}

@@ -178,3 +178,39 @@ func TestLoadDotFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeDomainsReplacesAcrossFiles: a replaces naming a limit of
+// another file of the merged domain is no warning; one naming no limit of
+// the domain still is, at its file and line.
+func TestMergeDomainsReplacesAcrossFiles(t *testing.T) {
+	_, warnings, err := parseMerged(t,
+		"one.yaml", `
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10, name: per_user}
+`,
+		"two.yaml", `
+domain: shop
+descriptors:
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces:
+        - name: per_user
+        - name: nothing
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range warnings {
+		if strings.Contains(w.Msg, "replaces nothing") {
+			got = append(got, fmt.Sprintf("%s:%d %s", w.File, w.Line, w.Msg))
+		}
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "two.yaml:9 ") || !strings.Contains(got[0], `"nothing"`) {
+		t.Fatalf("replaces warnings %q, want one, for \"nothing\" at two.yaml:9", got)
+	}
+}

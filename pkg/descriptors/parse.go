@@ -138,12 +138,18 @@ func (r *reader) checkReplaces(top []*rawNode) {
 	walk(top)
 	for _, x := range all {
 		for i, name := range x.l.replaces {
-			if !names[name] && !r.warnings.full(x.l.replacesLines[i]) {
-				r.addWarning(Problem{Line: x.l.replacesLines[i], Field: replacesField(x.n, x.l, i),
-					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", clip(name))})
+			if !names[name] {
+				r.unmatched = append(r.unmatched, unmatchedReplace{name, Problem{File: r.file, Line: x.l.replacesLines[i], Field: replacesField(x.n, x.l, i),
+					Msg: fmt.Sprintf("no limit of this domain is named %q: it replaces nothing", clip(name))}})
 			}
 		}
 	}
+}
+
+// unmatchedReplace is a replaces naming no limit of its file.
+type unmatchedReplace struct {
+	name    string
+	warning Problem
 }
 
 // replacesField is the path of the name of item i of l's replaces.

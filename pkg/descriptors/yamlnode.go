@@ -24,6 +24,9 @@ type reader struct {
 	warnings    problemList
 	repeats     map[string]*repeat // warnings given once per field name
 	hasReplaces bool               // some limit replaces others: check the names
+	// unmatched are the replaces naming no limit of the file: warnings,
+	// unless a file merged into the same domain has the limit.
+	unmatched []unmatchedReplace
 	// algorithm is what a rate_limit becomes: the file's
 	// rate_limit_algorithm, else the default the reader was given.
 	algorithm limit.Algorithm
