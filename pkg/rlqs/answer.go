@@ -19,6 +19,9 @@ func (st *stream) answer(ctx context.Context, batch []*sub, levels []*streamLeve
 	defer cancel()
 	sc := svc.scratch.Get().(*scratch)
 	defer func() {
+		if sc.storeFailed {
+			return // the failed call may still read its buckets: not reused
+		}
 		sc.release()
 		svc.scratch.Put(sc)
 	}()

@@ -128,6 +128,7 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 		return true
 	}
 	st.svc.log.Warn("rlqs: charging reported usage failed; it is charged with the next report", "err", err)
+	sc.storeFailed = true
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for _, c := range calls {
@@ -210,6 +211,8 @@ type scratch struct {
 	calls   []limit.Bucket
 	results []limit.Result
 	entries []Entry
+	// storeFailed: the store call failed, and may still be reading calls.
+	storeFailed bool
 }
 
 // release drops what the scratch refers to, for the pool.

@@ -296,7 +296,10 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		if s.log.Enabled(ctx, slog.LevelDebug) {
 			s.logCall(ctx, req, resp, err, w)
 		}
-		if w != nil {
+		// A store call that failed may still be reading the buckets (a
+		// batched Redis call decides a request its caller gave up on; the
+		// fallback store lets a late call finish): the work is not reused.
+		if w != nil && !w.storeFailed {
 			w.reset()
 			s.work.Put(w)
 		}
@@ -338,6 +341,7 @@ func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (resp
 		return s.respond(d, req, w), domain, nil
 	}
 	if err := s.apply(ctx, now, w); err != nil {
+		w.storeFailed = true
 		resp, err := s.storeFailed(ctx, err, domain, w)
 		return resp, domain, err
 	}

@@ -14,14 +14,15 @@ import (
 
 // work is the scratch space of one request, reused across requests.
 type work struct {
-	entries  []descriptors.Entry
-	levels   []descriptors.Level
-	starts   []int // levels of descriptor i: levels[starts[i]:starts[i+1]]
-	bucketOf []int // bucket index of each level
-	buckets  []limit.Bucket
-	results  []limit.Result
-	skipped  []bool         // buckets not decided: the cache rejected the request first
-	index    map[string]int // bucket of each key, once there are more than scanBuckets
+	storeFailed bool // the store call failed: its buckets may still be read
+	entries     []descriptors.Entry
+	levels      []descriptors.Level
+	starts      []int // levels of descriptor i: levels[starts[i]:starts[i+1]]
+	bucketOf    []int // bucket index of each level
+	buckets     []limit.Bucket
+	results     []limit.Result
+	skipped     []bool         // buckets not decided: the cache rejected the request first
+	index       map[string]int // bucket of each key, once there are more than scanBuckets
 	// unlimited marks the allow-listed descriptors, answered with the
 	// most a limit_remaining holds, as envoyproxy/ratelimit answers them.
 	unlimited []bool
