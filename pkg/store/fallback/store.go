@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,7 +79,11 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	if budget := s.primaryBudget(ctx); budget > 0 {
 		pctx, cancel = context.WithTimeout(ctx, budget)
 	}
-	err := s.primary.Apply(pctx, now, buckets, results)
+	// Primary may go on reading the buckets after its call gave up (a
+	// batched Redis call decides a request its caller left), while this
+	// call answers from the local store and its caller reuses them: it
+	// reads a copy.
+	err := s.primary.Apply(pctx, now, slices.Clone(buckets), results)
 	cancel()
 	if err == nil || ctx.Err() != nil {
 		return err
