@@ -37,7 +37,9 @@
 #     only, as the reference counts); redis-unbatched (batching and
 #     pipelining off);
 #     redis-pipelined (a script call per request, in pipelines); redis-local
-#     (local-first at BENCH_SYNC_INTERVAL, 1s)
+#     (local-first at BENCH_SYNC_INTERVAL, 1s); memory-page (memory with the
+#     admin address and its operator's page on, counting what the page
+#     shows: beside memory, the page's cost)
 #   BENCH_KEEP (a file to copy the per-run figures to, runs.tsv, and those
 #     of rlqs workloads to runs-rlqs.tsv beside it; also keeps the logs)
 #   BENCH_PLOT (an SVG file to draw req/s per workload and target in, with
@@ -85,7 +87,7 @@ for tool in go redis-server redis-cli; do
 done
 for t in $targets; do
 	case $t in
-	null | memory | redis | redis-leaf | redis-unbatched | redis-pipelined | redis-local | local-?*) ;;
+	null | memory | memory-page | redis | redis-leaf | redis-unbatched | redis-pipelined | redis-local | local-?*) ;;
 	reference) [[ -x $peer ]] || { log "target reference: BENCH_PEER=$peer is not an executable"; exit 1; } ;;
 	*) log "unknown target $t"; exit 1 ;;
 	esac
@@ -226,11 +228,15 @@ redis_url=redis://127.0.0.1:$redis_port/0
 # start_targets starts every target of the workload (wl_targets) but the
 # null server, which stays up.
 start_targets() {
-	local t
+	local t admin
 	for t in $wl_targets; do
 		case $t in
 		null) ;;
 		memory) start_rls memory ;;
+		memory-page)
+			free_port admin
+			start_rls "$t" -admin-addr "127.0.0.1:$admin" -admin-page=true
+			;;
 		redis) start_rls redis -store redis -redis-url "$redis_url" ;;
 		redis-unbatched) start_rls "$t" -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-pipeline-limit 0 -redis-key-prefix rlsu: ;;
 		redis-pipelined) start_rls "$t" -store redis -redis-url "$redis_url" -redis-batch-requests 0 -redis-key-prefix rlsp: ;;

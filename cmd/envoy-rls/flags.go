@@ -48,7 +48,7 @@ type settings struct {
 	redisReadTimeout    time.Duration
 	redisWriteTimeout   time.Duration
 	redisKeyPrefix      string
-	pprof               bool
+	pprof, adminPage    bool
 	pipelineLimit       int
 	redisBatch          int
 	redisBatchWait      time.Duration
@@ -210,7 +210,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.Var(&s.env, "env", "also read envoyproxy/ratelimit's environment variables (envoyproxy), as when started as ratelimit; flags and RLS_ variables beat them")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the RLS v3 gRPC server (also grpc.health.v1 and reflection): host:port, or unix:///path for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP server (/healthz, /readyz, /metrics, POST /json)")
-	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (/config, POST /explain, GET and DELETE /buckets, /debug/pprof/ with -pprof); keep it private; empty turns it off")
+	fs.StringVar(&s.adminAddr, "admin-addr", "127.0.0.1:6070", "`address` of the admin server (the operator's page at /, /config, POST /explain, GET and DELETE /buckets, /debug/pprof/ with -pprof); keep it private; empty turns it off")
+	fs.BoolVar(&s.adminPage, "admin-page", true, "serve the operator's page at / on the admin address, and count what it shows (decisions per limit, the buckets refused most); false: neither")
 	fs.Var(&s.adminBuckets, "admin-buckets", "serve POST /explain and GET and DELETE /buckets on the admin address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since the admin server checks none")
 	fs.Var(&s.httpJSON, "http-json", "serve POST /json on the HTTP address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since /json has none")
 	fs.Var(&s.store, "store", "bucket `store`: memory (one replica), redis or memcached (several)")

@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/filewatch"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/ui"
 )
 
 // reloader loads the config again and puts it in force if it is valid;
@@ -21,6 +22,7 @@ type reloader struct {
 	opts    descriptors.Options
 	svc     *rls.Service
 	metrics configCounter
+	loads   *ui.Reloads // nil: not told
 	log     *slog.Logger
 
 	mu          sync.Mutex // one reload at a time
@@ -102,6 +104,7 @@ func (r *reloader) load(reason string, polling bool) {
 			return
 		}
 		r.lastFailure = err.Error()
+		r.loads.Loaded(err)
 		logConfigError(r.log, err)
 		if r.svc.Config() == nil {
 			r.log.Error("config load failed: every request is still allowed, without a config", "reason", reason)
@@ -113,6 +116,7 @@ func (r *reloader) load(reason string, polling bool) {
 	}
 	r.lastFailure = ""
 	r.metrics.ConfigReload(true)
+	r.loads.Loaded(nil)
 	old := r.svc.Config() // nil when the service started without one
 	if old != nil && cfg.Digest() == old.Digest() {
 		r.log.Debug("config unchanged", "reason", reason)

@@ -87,6 +87,11 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 
 	opts := serviceOptions(s, st, cfg, m, log)
 	opts.Observer = ref.serviceObserver(m)
+	pg := newPage(s, st)
+	opts.Observer = pg.observe(opts.Observer)
+	if s.xds.address == "" {
+		pg.reloadLog().Loaded(errorIfNone(cfg))
+	}
 	// The Rate Limit Quota Service divides the same limits: the RLS calls
 	// on a bucket it divides count as a subscriber's demand.
 	usage := &rlqs.Usage{}
@@ -115,7 +120,7 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 	defer stop()
 	hs := health.NewServer()
 	rls.SetServing(hs, false)
-	srv, err := a.startServers(ctx, s, svc, quotas, hs, m.Handler(), ref.handler, log)
+	srv, err := a.startServers(ctx, s, svc, quotas, hs, m.Handler(), ref.handler, pg, log)
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return exitError
@@ -123,7 +128,7 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 
 	var ready rls.Checker = st
 	if s.xds.address != "" {
-		x, err := xdsClient(s, svc, counters, func(u xdsconfig.UnknownField) { m.XDSUnknownField(u.Message, u.Number) }, reconcile, log)
+		x, err := xdsClient(s, svc, counters, pg.reloadLog(), func(u xdsconfig.UnknownField) { m.XDSUnknownField(u.Message, u.Number) }, reconcile, log)
 		if err != nil {
 			log.Error("cannot take the config from the xDS server", "err", err)
 			return exitError
@@ -135,7 +140,7 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 			ready = configGate{Checker: st, svc: svc}
 		}
 	} else {
-		r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: counters, log: log}
+		r := &reloader{path: s.config, opts: s.configOptions(), svc: svc, metrics: counters, loads: pg.reloadLog(), log: log}
 		r.watch(ctx, s.watchConfig)
 	}
 	watching := rls.WatchStore(ctx, ready, hs, log, s.failureMode.value.answersWhileDown())

@@ -61,7 +61,7 @@ const streamWorkers = 256
 
 // startServers listens on every address of s and serves there until
 // shutdown. Nothing listens if one address cannot be had.
-func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, quotas *rlqs.Service, hs *health.Server, metrics, refMetrics http.Handler, log *slog.Logger) (*servers, error) {
+func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, quotas *rlqs.Service, hs *health.Server, metrics, refMetrics http.Handler, pg *page, log *slog.Logger) (*servers, error) {
 	// Calls run on long-lived workers, whose stacks have grown to what a
 	// call needs: a goroutine per call would start small and grow its stack
 	// on every call that reaches Redis (copying it, up to an eighth of the
@@ -114,9 +114,18 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 		return nil, err
 	}
 	var adminLis net.Listener
+	var admin http.Handler
 	if s.adminAddr != "" {
 		if adminLis, err = listen("admin HTTP", s.adminAddr); err != nil {
 			return nil, err
+		}
+		// Like /json, the buckets' endpoints check no client certificate.
+		buckets := s.adminBuckets.or(s.grpcTLSClientCA == "")
+		if admin, err = pg.handler(ctx, rls.AdminHandler(svc, s.pprof, buckets), adminLis.Addr(), svc, quotas); err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
+			return nil, fmt.Errorf("the operator's page: %w", err)
 		}
 	}
 
@@ -141,9 +150,7 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 	}
 	if adminLis != nil {
 		srv.addrs.admin = adminLis.Addr()
-		// Like /json, the buckets' endpoints check no client certificate.
-		buckets := s.adminBuckets.or(s.grpcTLSClientCA == "")
-		srv.serveHTTP(adminLis, rls.AdminHandler(svc, s.pprof, buckets), adminWriteTimeout, log)
+		srv.serveHTTP(adminLis, admin, adminWriteTimeout, log)
 	}
 	return srv, nil
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/certs"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/ui"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
 )
 
 // xdsClient is the subscription -config-xds asks for: each accepted
 // config replaces the service's, once before has seen it.
-func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsconfig.UnknownField), before func(*descriptors.Config), log *slog.Logger) (*xdsconfig.Client, error) {
+func xdsClient(s *settings, svc *rls.Service, m configCounter, loads *ui.Reloads, unknown func(xdsconfig.UnknownField), before func(*descriptors.Config), log *slog.Logger) (*xdsconfig.Client, error) {
 	creds, err := s.xds.credentials()
 	if err != nil {
 		return nil, err
@@ -29,9 +30,13 @@ func xdsClient(s *settings, svc *rls.Service, m configCounter, unknown func(xdsc
 			before(cfg)
 			svc.SetConfig(cfg)
 			m.ConfigReload(true)
+			loads.Loaded(nil)
 			log.Info("config from the xDS server", "domains", len(cfg.Domains()))
 		},
-		OnRejected:     func(error) { m.ConfigReload(false) },
+		OnRejected: func(err error) {
+			m.ConfigReload(false)
+			loads.Loaded(err)
+		},
 		OnUnknownField: unknown,
 	}
 	s.xds.client.apply(c)

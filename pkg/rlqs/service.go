@@ -13,6 +13,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"github.com/envoy-rls/envoy-rls/internal/rawgrpc"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -192,6 +193,9 @@ func (s *Service) serveStream(ss grpc.ServerStream) error {
 	}
 	defer s.streams.Add(-1)
 	st := s.newStream()
+	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
+		st.peer = p.Addr.String()
+	}
 	s.mu.Lock()
 	s.open[st] = struct{}{}
 	s.mu.Unlock()

@@ -22,6 +22,7 @@ type stream struct {
 	svc      *Service
 	instance string
 	domain   string
+	peer     string // its Envoy's address, for the operator's page
 
 	mu   sync.Mutex // guards subs against Inspect
 	subs map[string]*sub
@@ -130,7 +131,9 @@ func (st *stream) report(ctx context.Context, m *report) (answer, error) {
 	case st.domain == "" && m.domain == "":
 		return answer{}, badReportf("the first report names no domain: set the rate_limit_quota filter's domain")
 	case st.domain == "":
+		st.mu.Lock() // read by the operator's page
 		st.domain = m.domain
+		st.mu.Unlock()
 	case m.domain != "" && m.domain != st.domain:
 		return answer{}, badReportf("a report for domain %q on a stream of domain %q: a stream serves one domain", clip(m.domain), clip(st.domain))
 	}
