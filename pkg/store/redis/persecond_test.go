@@ -278,6 +278,23 @@ func TestPerSecondServerDown(t *testing.T) {
 	if err := s.Apply(ctx, now, req[:1], make([]limit.Result, 1)); err != nil {
 		t.Errorf("a request with no per-second limit, the per-second Redis down: %v", err)
 	}
+
+	// The other way round: the per-second Redis decides first, and
+	// charges; the first Redis is down, so the request fails, and the
+	// per-second charge is undone.
+	second.Restart()
+	first.Stop()
+	dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer dcancel()
+	if err := s.Apply(dctx, now, req, make([]limit.Result, 2)); err == nil {
+		t.Fatal("a request on both, the first Redis down, did not fail")
+	}
+	if _, err := s.State(ctx, now, req[1:], states); err != nil {
+		t.Fatal(err)
+	}
+	if r := limit.Decide(states[0], ten, now, 0); r.Remaining != 10 {
+		t.Errorf("the per-second Redis's bucket has %d remaining after a request the first Redis failed, want 10: its charge is undone", r.Remaining)
+	}
 }
 
 // TestPerSecondSentinel: the per-second Redis may be reached through
