@@ -20,6 +20,8 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // RequireEnv names the variable that turns a missing memcached into a
@@ -86,7 +88,7 @@ func New(t testing.TB) *Server {
 
 func newProcess(t testing.TB, bin string) *Server {
 	t.Helper()
-	port := freePort(t)
+	port := redistest.FreePort(t)
 	args := []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0"}
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "root") // memcached refuses root without it
@@ -146,7 +148,7 @@ func (s *Server) Restart() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("starting memcached: %v", err)
 	}
-	if err := waitListening(s.addr, 10*time.Second); err != nil {
+	if err := redistest.WaitListening(s.addr, 10*time.Second); err != nil {
 		s.Stop()
 		s.t.Fatalf("memcached %s did not start: %v", s.addr, err)
 	}
@@ -154,7 +156,7 @@ func (s *Server) Restart() {
 
 func startContainer(t testing.TB) *Server {
 	t.Helper()
-	if err := dockerHealthy(); err != nil {
+	if err := redistest.DockerHealthy(); err != nil {
 		Unavailable(t, "memcached is not on PATH and Docker does not answer (%v): install memcached or start Docker", err)
 	}
 	ctx := context.Background()
@@ -170,48 +172,4 @@ func startContainer(t testing.TB) *Server {
 		t.Fatalf("memcached container port: %v", err)
 	}
 	return &Server{t: t, addr: endpoint, container: c}
-}
-
-// dockerHealthy reports whether a Docker engine answers, without the panic
-// testcontainers may raise when there is none.
-func dockerHealthy() (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
-		}
-	}()
-	p, err := testcontainers.ProviderDefault.GetProvider()
-	if err != nil {
-		return err
-	}
-	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return p.Health(ctx)
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitListening(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -184,7 +184,7 @@ func (s *Server) Restart() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("starting redis-server: %v", err)
 	}
-	if err := waitListening(s.addr, 10*time.Second); err != nil {
+	if err := WaitListening(s.addr, 10*time.Second); err != nil {
 		s.Stop()
 		s.t.Fatalf("redis-server %s did not start: %v; log:\n%s", s.addr, err, s.log())
 	}
@@ -202,7 +202,7 @@ func (s *Server) log() string {
 
 func startContainer(t testing.TB) *Server {
 	t.Helper()
-	if err := dockerHealthy(); err != nil {
+	if err := DockerHealthy(); err != nil {
 		Unavailable(t, "redis-server is not on PATH and Docker does not answer (%v): install redis-server or start Docker", err)
 	}
 	ctx := context.Background()
@@ -220,9 +220,9 @@ func startContainer(t testing.TB) *Server {
 	return &Server{t: t, addr: endpoint, container: c}
 }
 
-// dockerHealthy reports whether a Docker engine answers, without the panic
+// DockerHealthy reports whether a Docker engine answers, without the panic
 // testcontainers may raise when there is none.
-func dockerHealthy() (err error) {
+func DockerHealthy() (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%v", r)
@@ -263,7 +263,8 @@ func FreePort(t testing.TB) int {
 	return 0
 }
 
-func waitListening(addr string, timeout time.Duration) error {
+// WaitListening waits until addr accepts TCP connections, at most timeout.
+func WaitListening(addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
