@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -131,7 +130,7 @@ func (r *envoyReader) memcache() {
 	case hosts != "" && srv != "":
 		r.fail("MEMCACHE_SRV", "MEMCACHE_HOST_PORT is set too: one or the other, as in envoyproxy/ratelimit")
 	case srv != "":
-		if !memcachedSRVName.MatchString(srv) {
+		if !memcached.ValidSRV(srv) {
 			r.fail("MEMCACHE_SRV", "%q: want _service._proto.name", srv)
 		}
 		r.set("memcached-srv", srv)
@@ -180,15 +179,12 @@ func (r *envoyReader) memcache() {
 		r.set("memcached-expiration-jitter", jitter+"s")
 	}
 	if p := r.get("CACHE_KEY_PREFIX", ""); p != "" {
-		if len(p) > 128 || strings.ContainsFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		if !memcached.ValidPrefix(p) {
 			r.fail("CACHE_KEY_PREFIX", "%q: memcached keys take at most 128 bytes of prefix, without spaces or control characters", p)
 		}
 		r.set("memcached-key-prefix", p)
 	}
 }
-
-// memcachedSRVName is an SRV name as the reference reads one.
-var memcachedSRVName = regexp.MustCompile(`^_(.+?)\._(.+?)\.(.+)$`)
 
 // checkConfig adds to o, for the memcached store in the reference's keys,
 // the check that no node holds two fixed windows those keys cannot tell

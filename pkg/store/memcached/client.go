@@ -98,6 +98,13 @@ func (s servers) Each(f func(net.Addr) error) error { return s.list.Each(f) }
 // srvName is _service._proto.name.
 var srvName = regexp.MustCompile(`^_(.+?)\._(.+?)\.(.+)$`)
 
+// ValidSRV reports whether name is an SRV name as Options.SRV takes one.
+func ValidSRV(name string) bool { return srvName.MatchString(name) }
+
+// ValidPrefix reports whether p can start every key: at most 128 bytes,
+// no space or control byte.
+func ValidPrefix(p string) bool { return len(p) <= maxPrefixBytes && (p == "" || fits(p)) }
+
 // check reports the first option out of range.
 func (o *Options) check() error {
 	switch {
@@ -115,7 +122,7 @@ func (o *Options) check() error {
 		return fmt.Errorf("memcached: timeout %s: must not be negative", o.Timeout)
 	case o.ExpirationJitter < 0:
 		return fmt.Errorf("memcached: expiration jitter %s: must not be negative", o.ExpirationJitter)
-	case len(o.Prefix) > maxPrefixBytes || (o.Prefix != "" && !fits(o.Prefix)):
+	case !ValidPrefix(o.Prefix):
 		return fmt.Errorf("memcached: key prefix %q: at most %d bytes, no space or control byte", o.Prefix, maxPrefixBytes)
 	case !o.TLS && (o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" || o.SkipHostnameVerification):
 		return errors.New("memcached: TLS files or hostname verification given without TLS")
