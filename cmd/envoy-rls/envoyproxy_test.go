@@ -194,7 +194,7 @@ func TestEnvoyproxyEnvPrecedence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		if got := fmt.Sprint(s.redisURL, " ", s.logLevel.value.String(), " ", s.store.String()); strings.ToLower(got) != c.want {
+		if got := fmt.Sprint(s.redis.url, " ", s.logLevel.value.String(), " ", s.store.String()); strings.ToLower(got) != c.want {
 			t.Errorf("%v (as ratelimit: %v): %s, want %s", c.args, c.reference, got, c.want)
 		}
 	}

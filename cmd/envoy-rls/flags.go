@@ -33,29 +33,15 @@ type settings struct {
 	httpJSON            optionalBool
 	adminBuckets        optionalBool
 	store               choice[storeKind]
-	redisURL            string
-	redisPasswordFile   string
-	redisCluster        bool
+	redis               redisFlags
 	redisMode           choice[redis.Mode]
-	sentinelMaster      string
-	sentinelAddrs       string
-	sentinelPassword    string
-	redisTLSCA          string
-	redisTLSCert        string
-	redisTLSKey         string
-	redisPoolSize       int
-	redisDialTimeout    time.Duration
-	redisReadTimeout    time.Duration
-	redisWriteTimeout   time.Duration
 	redisKeyPrefix      string
 	pprof, adminPage    bool
-	pipelineLimit       int
 	redisBatch          int
 	redisBatchWait      time.Duration
 	breakerTrip         int
 	breakerCool         time.Duration
 	syncInterval        time.Duration
-	pipelineWindow      time.Duration
 	memoryMaxBuckets    int
 	memoryMaxBytes      byteSize
 	snapshot            *snapshotFlags
@@ -215,16 +201,8 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.Var(&s.adminBuckets, "admin-buckets", "serve POST /explain and GET and DELETE /buckets on the admin address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since the admin server checks none")
 	fs.Var(&s.httpJSON, "http-json", "serve POST /json on the HTTP address; default (auto): on, but off when -grpc-tls-client-ca requires client certificates, since /json has none")
 	fs.Var(&s.store, "store", "bucket `store`: memory (one replica), redis or memcached (several)")
-	fs.StringVar(&s.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
-	fs.StringVar(&s.redisPasswordFile, "redis-password-file", "", "`file` holding the Redis password (a mounted Secret), used instead of the -redis-url's; a trailing newline is dropped")
-	fs.BoolVar(&s.redisCluster, "redis-cluster", false, "treat -redis-url (with extra addr= parameters) as a Redis Cluster seed list")
+	s.redis.register(fs, "redis", "Redis", "redis://127.0.0.1:6379/0", "Redis `URL`: redis:// or rediss:// (TLS), go-redis syntax")
 	fs.Var(&s.redisMode, "redis-mode", "script (one Lua call per request) or transactions (WATCH/MULTI/EXEC, for servers without scripting)")
-	fs.StringVar(&s.sentinelMaster, "redis-sentinel-master", "", "reach Redis through Sentinel: the master's `name`")
-	fs.StringVar(&s.sentinelAddrs, "redis-sentinel-addrs", "", "the sentinels, as comma-separated `host:port` list")
-	fs.StringVar(&s.sentinelPassword, "redis-sentinel-password", "", "password of the sentinels, if they need one")
-	fs.StringVar(&s.redisTLSCA, "redis-tls-ca", "", "PEM `file` of the CA that signs the Redis server's certificate (rediss://)")
-	fs.StringVar(&s.redisTLSCert, "redis-tls-cert", "", "PEM `file` of a client certificate for Redis mutual TLS")
-	fs.StringVar(&s.redisTLSKey, "redis-tls-key", "", "PEM `file` of the client certificate's key")
 	s.perSecond.register(fs)
 	s.memcached.register(fs)
 	fs.StringVar(&s.redisKeyPrefix, "redis-key-prefix", redis.DefaultPrefix, "start of every Redis key, so that several deployments can share one Redis")
@@ -233,12 +211,6 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.DurationVar(&s.redisBatchWait, "redis-batch-wait", 0, "how long requests for Redis wait for more before their script call is sent, while fewer than -redis-batch-requests; 0 sends at once (the default; with -sync-interval and not -redis-cluster, "+localFirstBatchWait.String()+")")
 	fs.IntVar(&s.breakerTrip, "redis-breaker-timeouts", breaker.DefaultTrip, "script calls in a row that time out on a Redis node after which its calls are answered by the failure mode at once, for -redis-breaker-cool, then one probes it (calls given under 10ms do not count); 0 turns it off")
 	fs.DurationVar(&s.breakerCool, "redis-breaker-cool", breaker.DefaultCool, "how long a Redis node that kept timing out gets no calls before one probes it")
-	fs.IntVar(&s.pipelineLimit, "redis-pipeline-limit", redis.DefaultPipeline.Limit, "most script calls batched into one Redis pipeline; 0 sends each call on its own")
-	fs.DurationVar(&s.pipelineWindow, "redis-pipeline-window", redis.DefaultPipeline.Window, "how long a pipeline waits for more calls; 0 sends at once what is queued (calls that arrive meanwhile go in the next one)")
-	fs.IntVar(&s.redisPoolSize, "redis-pool-size", 0, "connections per Redis node; 0 for the URL's pool_size, or 10 per CPU")
-	fs.DurationVar(&s.redisDialTimeout, "redis-dial-timeout", 0, "time to open a Redis connection; 0 for the URL's dial_timeout, or 5s")
-	fs.DurationVar(&s.redisReadTimeout, "redis-read-timeout", 0, "time to wait for a Redis reply (a call's own deadline applies too); 0 for the URL's read_timeout, or 3s")
-	fs.DurationVar(&s.redisWriteTimeout, "redis-write-timeout", 0, "time to send a Redis command; 0 for the URL's write_timeout, or the read timeout")
 	fs.IntVar(&s.memoryMaxBuckets, "memory-max-buckets", memory.DefaultMaxBuckets, "most buckets the memory store keeps; beyond, those nearest to empty are dropped")
 	s.memoryMaxBytes = memory.DefaultMaxBytes
 	fs.Var(&s.memoryMaxBytes, "memory-max-bytes", "most `bytes` the memory store (and, with Redis, the local over-limit cache and the local fallback) keep, counting keys and per-bucket overhead, e.g. 256MiB")
@@ -299,7 +271,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 		s.snapshot.intervalGiven = s.snapshot.intervalGiven || f.Name == "memory-snapshot-interval"
 		s.statsd.protocolGiven = s.statsd.protocolGiven || f.Name == "statsd-protocol"
 	})
-	if !given && s.syncInterval > 0 && !s.redisCluster {
+	if !given && s.syncInterval > 0 && !s.redis.cluster {
 		s.redisBatchWait = localFirstBatchWait
 	}
 	s.perSecond.noteGiven(fs)
@@ -370,20 +342,12 @@ func (s *settings) check() error {
 		return fmt.Errorf("-sync-interval: the local-first mode syncs with Redis: it needs -store redis")
 	case s.syncInterval > 0 && s.redisMode.value != redis.ScriptMode:
 		return fmt.Errorf("-sync-interval: the local-first mode needs -redis-mode script")
-	case s.pipelineLimit < 0:
-		return fmt.Errorf("-redis-pipeline-limit: must be 0 or more, got %d", s.pipelineLimit)
 	case s.breakerTrip < 0:
 		return fmt.Errorf("-redis-breaker-timeouts: must be 0 or more, got %d", s.breakerTrip)
 	case s.breakerCool <= 0:
 		return fmt.Errorf("-redis-breaker-cool: must be above 0, got %v", s.breakerCool)
 	case s.redisBatchWait < 0:
 		return fmt.Errorf("-redis-batch-wait: must not be negative, got %v", s.redisBatchWait)
-	case s.pipelineWindow < 0:
-		return fmt.Errorf("-redis-pipeline-window: must not be negative, got %v", s.pipelineWindow)
-	case s.redisPoolSize < 0:
-		return fmt.Errorf("-redis-pool-size: must be 0 or more, got %d", s.redisPoolSize)
-	case s.redisDialTimeout < 0 || s.redisReadTimeout < 0 || s.redisWriteTimeout < 0:
-		return fmt.Errorf("-redis-dial-timeout, -redis-read-timeout and -redis-write-timeout must not be negative")
 	case s.memoryMaxBuckets < 1:
 		return fmt.Errorf("-memory-max-buckets: must be at least 1, got %d", s.memoryMaxBuckets)
 	case s.memoryMaxBytes < minMemoryBytes:
@@ -427,6 +391,9 @@ func (s *settings) check() error {
 		return err
 	}
 	if err := s.statsd.check(); err != nil {
+		return err
+	}
+	if err := s.redis.check(); err != nil {
 		return err
 	}
 	if err := s.perSecond.check(s.store.value); err != nil {

@@ -153,7 +153,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.grpcAddr != "127.0.0.1:9999" || s.config != "from-flag" || !s.redisCluster || s.httpAddr != ":8080" || s.store.value != memoryStore {
+	if s.grpcAddr != "127.0.0.1:9999" || s.config != "from-flag" || !s.redis.cluster || s.httpAddr != ":8080" || s.store.value != memoryStore {
 		t.Fatalf("got %+v: want the variable for -grpc-addr, the flag for -config, defaults elsewhere", s)
 	}
 	if got := envName("memory-max-buckets"); got != "RLS_MEMORY_MAX_BUCKETS" {

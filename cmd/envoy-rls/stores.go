@@ -51,31 +51,16 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, *redis
 		return openMemcachedStore(s, memOpts, m, log)
 	}
 	goredis.SetLogger(redisLog{log})
-	password, err := readSecret(s.redisPasswordFile)
+	first, err := s.redis.server()
 	if err != nil {
-		return nil, nil, fmt.Errorf("-redis-password-file: %w", err)
+		return nil, nil, err
 	}
 	perSecond, err := s.perSecond.server()
 	if err != nil {
 		return nil, nil, err
 	}
-	pipeline := redis.Pipeline{Limit: s.pipelineLimit, Window: s.pipelineWindow}
-	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait,
-		PerSecond: perSecond, Breaker: redis.Breaker{Trip: s.breakerTrip, Cool: s.breakerCool}, Connect: &redis.ClientOptions{
-			URL:              s.redisURL,
-			Password:         password,
-			Cluster:          s.redisCluster,
-			SentinelMaster:   s.sentinelMaster,
-			SentinelAddrs:    splitList(s.sentinelAddrs),
-			SentinelPassword: s.sentinelPassword,
-			CAFile:           s.redisTLSCA,
-			CertFile:         s.redisTLSCert,
-			KeyFile:          s.redisTLSKey,
-			PoolSize:         s.redisPoolSize,
-			DialTimeout:      s.redisDialTimeout,
-			ReadTimeout:      s.redisReadTimeout,
-			WriteTimeout:     s.redisWriteTimeout,
-		}})
+	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: first.Pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait,
+		PerSecond: perSecond, Breaker: redis.Breaker{Trip: s.breakerTrip, Cool: s.breakerCool}, Connect: first.Connect})
 	if err != nil {
 		return nil, nil, err
 	}
