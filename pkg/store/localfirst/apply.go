@@ -33,6 +33,13 @@ const (
 	onRedis
 	// refund: hits given back, on Redis and on the model alike.
 	refund
+	// learning: a bucket seen again without a model yet, whose model a
+	// lease's answer tells (a leaky bucket, a fixed window): decided by a
+	// lease of its hits and units for the requests to come, whose answer
+	// becomes its model. One Redis call, where the call exact mode makes
+	// and then a lease for units would be two. Only within a request that
+	// needs no call of exact mode's; else onRedis.
+	learning
 )
 
 // request is what Apply knows of one request while it decides it. They
@@ -52,6 +59,8 @@ type request struct {
 	taken   []int64
 	short   []int64
 	charged []bool
+	// exacts is each entry's exacts when the request was classified.
+	exacts []uint32
 	// onModel is whether every bucket decided on its model admits (the
 	// request's answer if no bucket needs Redis).
 	onModel bool
@@ -64,7 +73,7 @@ var requests = sync.Pool{New: func() any { return new(request) }}
 func (r *request) reset(buckets []limit.Bucket) {
 	n := len(buckets)
 	*r = request{buckets: buckets, hashes: r.hashes[:0], locks: r.locks[:0], entries: grow(r.entries, n), ways: grow(r.ways, n),
-		gens: grow(r.gens, n), states: grow(r.states, n), taken: grow(r.taken, n), short: grow(r.short, n), charged: grow(r.charged, n)}
+		gens: grow(r.gens, n), states: grow(r.states, n), taken: grow(r.taken, n), short: grow(r.short, n), charged: grow(r.charged, n), exacts: grow(r.exacts, n)}
 }
 
 // grow returns s of length n, its elements zero.
@@ -115,14 +124,33 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	s.lock(r.locks)
 	r.rnow = now.UnixMicro() + s.offset.Load()
 	s.classify(r)
+	if r.untracked() {
+		// No bucket of it is tracked here: exact mode's call, as it is,
+		// with nothing to note of its answer.
+		s.unlock(r.locks)
+		err := s.remote.Apply(ctx, now, buckets, results)
+		if err != nil {
+			s.keepCharges(r)
+		}
+		return err
+	}
 	s.decideOnModels(r, results)
 	redisNeeded, leaseOnly := false, true
 	for _, w := range r.ways {
 		switch w {
 		case needsRedis:
 			redisNeeded = redisNeeded || r.onModel
+		case learning:
+			redisNeeded = true
 		case onRedis, refund:
 			redisNeeded, leaseOnly = true, false
+		}
+	}
+	if !leaseOnly {
+		for i, w := range r.ways {
+			if w == learning {
+				r.ways[i] = onRedis // in exact mode's call, which is made anyway
+			}
 		}
 	}
 	if !redisNeeded {
@@ -145,13 +173,49 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	return err
 }
 
+// untracked reports whether no bucket of r has an entry.
+func (r *request) untracked() bool {
+	for _, e := range r.entries {
+		if e != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// keepCharges keeps, as debts for the next sync, the charges of limits
+// that charge always in r, whose call to Redis failed: the usage is spent.
+func (s *Store) keepCharges(r *request) {
+	s.lock(r.locks)
+	defer s.unlock(r.locks)
+	for i, b := range r.buckets {
+		if b.Always && b.Hits > 0 {
+			s.addDebt(r, i)
+		}
+	}
+}
+
+// learnable reports whether bucket b, whose entry e has no model yet, may
+// be decided by a lease that learns its model (way learning): hits to
+// charge, none held nor any call out for it, and an algorithm whose whole
+// state a lease's answer holds (not a sliding window's counts). A limit
+// that charges always or a shadow bucket takes exact mode's call.
+func learnable(e *entry, b limit.Bucket) bool {
+	return b.Hits > 0 && !b.Always && !b.Shadow && e.calls == 0 && e.deciding == 0 && e.held() == 0 &&
+		b.Limit.Algorithm != limit.SlidingWindow
+}
+
 // classify finds each bucket's entry and how it is decided, counting its
 // demand. Called with the request's shards locked.
 func (s *Store) classify(r *request) {
 	for i, b := range r.buckets {
-		e := s.track(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
+		sh := &s.shards[r.hashes[i]%shards]
+		e := s.track(sh, r.hashes[i], b)
 		r.entries[i] = e
 		switch {
+		case e != nil && !e.known && learnable(e, b):
+			r.ways[i] = learning
+			r.exacts[i] = e.exacts
 		case e == nil || !e.known:
 			r.ways[i] = onRedis
 		case b.Hits < 0:
@@ -165,8 +229,11 @@ func (s *Store) classify(r *request) {
 			// out: its answer leaves an ended lease alone.
 			s.expire(e, r.rnow)
 		}
+		sh.list(e)
 		if b.Hits > 0 {
+			e.roll(sh.round)
 			e.demand = min(e.demand, leaky.MaxSize) + min(b.Hits, leaky.MaxSize) // no wrap, however large
+			e.used = sh.round
 		}
 		r.gens[i] = e.gen
 	}

@@ -33,3 +33,29 @@ func BenchmarkApply(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkSync syncs, every 100ms, a table of 20,000 buckets that hold
+// enough units and are idle: nine syncs in ten look only at the buckets
+// used in their interval (none), the tenth at all of them.
+func BenchmarkSync(b *testing.B) {
+	s, _ := New(newRemote(), Options{Interval: 100 * time.Millisecond, ManualSync: true})
+	defer s.Close()
+	big := limit.Limit{Size: 1 << 30, DripRate: time.Minute, DripSize: 1}
+	now := time.Now()
+	res := make([]limit.Result, 1)
+	for round := range 3 {
+		for i := range 20000 {
+			bs := []limit.Bucket{{Key: fmt.Sprintf("api|user=u%d", i), Limit: big, Hits: 1}}
+			if err := s.Apply(context.Background(), now, bs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if round < 2 {
+			s.Sync(context.Background(), now)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		s.Sync(context.Background(), now)
+	}
+}

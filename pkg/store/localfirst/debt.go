@@ -94,14 +94,15 @@ func (s *Store) settle(debts []debt, rnow int64, err error) {
 		sh.mu.Lock()
 		d.entry.paying--
 		if err != nil {
-			d.entry.addDebt(d.hits, rnow)
+			s.owe(d.entry, d.hits, rnow)
 		}
 		sh.mu.Unlock()
 	}
 }
 
-// addDebt records hits owed to Redis, made at rnow.
-func (e *entry) addDebt(hits, rnow int64) {
+// owe records hits of e owed to Redis, made at rnow, for the next sync.
+func (s *Store) owe(e *entry, hits, rnow int64) {
+	s.owing.Store(true)
 	if e.debt == 0 {
 		e.debtAt = rnow
 	}
@@ -119,7 +120,7 @@ func (s *Store) addDebt(r *request, i int) {
 		s.lost.Add(uint64(b.Hits))
 		return
 	}
-	e.addDebt(min(b.Hits, leaky.MaxSize), r.rnow)
+	s.owe(e, min(b.Hits, leaky.MaxSize), r.rnow)
 }
 
 // payDebts sends the debts that could not be sent when they were made, in
@@ -128,6 +129,9 @@ func (s *Store) addDebt(r *request, i int) {
 // window's debt made in a window that has ended since is dropped: the
 // window would have forgotten it.
 func (s *Store) payDebts(ctx context.Context, now time.Time) {
+	if !s.owing.Swap(false) {
+		return // none recorded since the last look
+	}
 	rnow := now.UnixMicro() + s.offset.Load()
 	var debts []debt
 	for i := range s.shards {

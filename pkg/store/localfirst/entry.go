@@ -28,11 +28,12 @@ type entry struct {
 	// used: what it may admit without asking; leasedAt is Redis's time of
 	// the last grant.
 	lease, leasedAt int64
-	// demand is the hits asked for since the last sync (admitted or not),
-	// prev those of the interval before: what the next lease is sized by.
-	demand, prev int64
-	// idle counts the intervals without demand, up to idleHold.
-	idle int
+	// demand is the hits asked for in interval round of its shard
+	// (admitted or not), prev those of the interval before: what the next
+	// lease is sized by. used is the last interval with demand, listed the
+	// last the entry was put on its shard's list of entries in use.
+	demand, prev        int64
+	round, used, listed uint32
 	// stale is a sliding window's units set aside by expire, granted at
 	// staleAt, for the next sync to give back.
 	stale, staleAt int64
@@ -61,6 +62,13 @@ type entry struct {
 	redis limit.State
 	// reloaded is the generation a reload of the limit began.
 	reloaded uint32
+	// deciding counts the calls exact mode makes that are out for the
+	// bucket while it has no model, exacts those ever made: a lease that
+	// learns the model (way learning) does so only if none was out when it
+	// was sent, nor sent meanwhile, as their charges may be on Redis
+	// unknown to its answer.
+	deciding int
+	exacts   uint32
 }
 
 // entry returns the entry of bucket b, whose key hashes to h, made if new;
@@ -78,7 +86,7 @@ func (s *Store) entry(sh *shard, h uint64, b limit.Bucket) (*entry, error) {
 			return nil, errFull
 		}
 		s.bytes.Add(cost(b.Key))
-		e = &entry{key: b.Key}
+		e = &entry{key: b.Key, round: sh.round, used: sh.round, listed: sh.round - 1}
 		sh.m[h] = e
 	}
 	if !e.matches(b) {
@@ -98,7 +106,21 @@ func (e *entry) matches(b limit.Bucket) bool {
 // change of limit (not across a move to or from a per-second Redis). A
 // debt is kept: it is usage of the bucket's key, whatever its limit now.
 func (e *entry) reload(b limit.Bucket) {
-	*e = entry{key: e.key, limit: b.Limit, second: b.SecondUnit, calls: e.calls, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1, reloaded: e.gen + 1}
+	*e = entry{key: e.key, limit: b.Limit, second: b.SecondUnit, calls: e.calls, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1, reloaded: e.gen + 1,
+		demand: e.demand, prev: e.prev, round: e.round, used: e.used, listed: e.listed, deciding: e.deciding, exacts: e.exacts}
+}
+
+// roll moves e's demand on to interval round: prev becomes the demand of
+// the interval before it (none if e had no demand then).
+func (e *entry) roll(round uint32) {
+	if e.round == round {
+		return
+	}
+	e.prev = 0
+	if e.round == round-1 {
+		e.prev = e.demand
+	}
+	e.demand, e.round = 0, round
 }
 
 // orphan takes units Redis granted, as l answers, to a lease of e that

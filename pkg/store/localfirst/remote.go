@@ -59,7 +59,7 @@ func newPending(r *request, results []limit.Result) *pending {
 	p.r = request{buckets: slices.Clone(r.buckets), hashes: slices.Clone(r.hashes), locks: slices.Clone(r.locks),
 		entries: slices.Clone(r.entries), ways: slices.Clone(r.ways), gens: slices.Clone(r.gens),
 		states: slices.Clone(r.states), taken: slices.Clone(r.taken), short: slices.Clone(r.short),
-		charged: slices.Clone(r.charged), onModel: r.onModel, rnow: r.rnow}
+		charged: slices.Clone(r.charged), exacts: slices.Clone(r.exacts), onModel: r.onModel, rnow: r.rnow}
 	return p
 }
 
@@ -71,6 +71,7 @@ const (
 	count                // the count of a limit that charges always, checked
 	lacking              // the units the request lacks
 	forLater             // more, for the requests to come
+	learn                // a bucket's hits and more, its answer the model
 )
 
 // askUnits has Redis lease the units a request's modelled buckets lack
@@ -85,6 +86,13 @@ func (s *Store) askUnits(ctx context.Context, now time.Time, r *request, results
 	var leases []redis.Lease
 	s.lock(p.r.locks)
 	for i, b := range p.r.buckets {
+		if p.r.ways[i] == learning {
+			e := p.r.entries[i]
+			e.calls++
+			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, SecondUnit: b.SecondUnit, Ask: s.want(e, b)})
+			p.index, p.roles = append(p.index, i), append(p.roles, learn)
+			continue
+		}
 		if p.r.ways[i] != needsRedis {
 			continue
 		}
@@ -120,10 +128,8 @@ func (s *Store) askUnits(ctx context.Context, now time.Time, r *request, results
 	s.asking.Add(1)
 	go func() {
 		defer s.asking.Done()
-		cctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		start := time.Now()
-		rnow, err := s.remote.LeaseAll(cctx, now, leases)
-		cancel()
+		rnow, err := s.asks.lease(now, leases)
 		s.noteClock(rnow, now, start)
 		if err != nil {
 			s.failures.Add(1)
@@ -184,6 +190,10 @@ func (s *Store) finishAsk(p *pending, leases []redis.Lease, err error) {
 		s.grant(e, l.Granted, l.Now)
 		e.answered(l.State)
 		b := r.buckets[i]
+		if p.roles[j] == learn {
+			s.learnt(p, i, l)
+			continue
+		}
 		rcount := redisCount(l.State, b.Limit, l.Now, true)
 		switch p.roles[j] {
 		case count:
@@ -202,11 +212,34 @@ func (s *Store) finishAsk(p *pending, leases []redis.Lease, err error) {
 	p.err = err
 	admitted := r.onModel && err == nil && p.results != nil
 	for i, w := range r.ways {
-		if w == needsRedis && !p.ok[i] && !r.buckets[i].Shadow {
+		if (w == needsRedis || w == learning) && !p.ok[i] && !r.buckets[i].Shadow {
 			admitted = false
 		}
 	}
 	s.conclude(p, admitted)
+}
+
+// learnt takes a learning bucket's lease answer l (its units already in
+// the lease): the bucket as Redis held it before the grant is what the
+// request is decided on, and becomes the model, unless a call of exact
+// mode's for it was sent since the request was classified (its charge may
+// be on Redis or not); the request's hits fit if that state admits them
+// and the lease holds them. Called with the bucket's shard locked.
+func (s *Store) learnt(p *pending, i int, l *redis.Lease) {
+	r, b, e := &p.r, p.r.buckets[i], p.r.entries[i]
+	at := time.UnixMicro(l.Now)
+	before := uncharged(l.State, b.Limit, at, l.Granted)
+	r.states[i] = before
+	if !e.known && e.exacts == r.exacts[i] {
+		e.model, e.known = before, true
+	}
+	st := before
+	st.Counts = slices.Clone(st.Counts)
+	d := limit.Decide(st, b.Limit, r.at(), b.Hits)
+	p.ok[i] = d.Admitted && e.lease >= b.Hits
+	if !p.ok[i] {
+		p.wait[i] = max(l.Wait, d.Reset)
+	}
 }
 
 // conclude settles a request whose Redis part has answered: what a bucket
@@ -218,6 +251,17 @@ func (s *Store) finishAsk(p *pending, leases []redis.Lease, err error) {
 func (s *Store) conclude(p *pending, admitted bool) {
 	r := &p.r
 	for i, w := range r.ways {
+		if w == learning && admitted && p.ok[i] {
+			// Charged now: the model, if learnt, and the lease.
+			e := r.entries[i]
+			if e.gen == r.gens[i] {
+				if e.known {
+					e.model = forced(e.model, r.buckets[i].Limit, r.at(), r.buckets[i].Hits)
+				}
+				e.lease -= r.buckets[i].Hits
+			}
+			continue
+		}
 		if !r.charged[i] {
 			continue
 		}
@@ -234,7 +278,7 @@ func (s *Store) conclude(p *pending, admitted bool) {
 	}
 	figures(r, admitted, p.results)
 	for i, w := range r.ways {
-		if w == needsRedis && !p.ok[i] {
+		if (w == needsRedis || w == learning) && !p.ok[i] {
 			res := &p.results[i]
 			res.Admitted, res.Remaining = false, 0
 			res.Reset = max(res.Reset, p.wait[i], time.Microsecond)
@@ -254,7 +298,16 @@ func (s *Store) decideWithRedis(ctx context.Context, now time.Time, r *request, 
 	p := &pending{results: results, r: *r, ok: make([]bool, len(r.buckets)), wait: make([]time.Duration, len(r.buckets))}
 	var rb []limit.Bucket
 	s.lock(p.r.locks)
+	var deciding []bool // the entries this call counts in their deciding
 	for i, b := range p.r.buckets {
+		if e := p.r.entries[i]; e != nil && !e.known && p.r.ways[i] == onRedis {
+			if deciding == nil {
+				deciding = make([]bool, len(p.r.buckets))
+			}
+			deciding[i] = true
+			e.deciding++
+			e.exacts++
+		}
 		switch p.r.ways[i] {
 		case onRedis, refund:
 			if !p.r.onModel && !b.Always {
@@ -285,6 +338,11 @@ func (s *Store) decideWithRedis(ctx context.Context, now time.Time, r *request, 
 	err := s.remote.Apply(ctx, now, rb, rr)
 	s.lock(p.r.locks)
 	defer s.unlock(p.r.locks)
+	for i, counted := range deciding {
+		if counted {
+			p.r.entries[i].deciding--
+		}
+	}
 	if err != nil {
 		s.failed(p, rb)
 		return err
@@ -310,7 +368,7 @@ func (s *Store) decideWithRedis(ctx context.Context, now time.Time, r *request, 
 					results[i] = d
 				}
 			}
-			if e != nil && !e.known && e.gen == p.r.gens[i] && e.lease == 0 {
+			if e != nil && !e.known && e.gen == p.r.gens[i] && e.lease == 0 && e.calls == 0 {
 				e.model, e.known = rr[j].State, true
 				e.model.Counts = slices.Clone(e.model.Counts)
 				e.answered(rr[j].State)

@@ -20,11 +20,11 @@
 // what is lacking (and more, for the requests to come), and the request
 // is admitted if Redis grants it; a check of a limit that charges always
 // asks Redis for its count, as other replicas' charges decide it. A
-// bucket seen once in two intervals (the long tail of a per-user limit)
-// gets no entry and is decided on Redis, by the call exact mode makes; its
-// second sighting is too, and the answer becomes its model. A request
-// waits for at most one Redis call, and only when exact mode would have
-// waited for one too.
+// bucket not seen lately (keepTime/2 to keepTime, the long tail of a
+// per-user limit) gets no entry and is decided on Redis, by the call exact
+// mode makes; its second sighting is too, and the answer becomes its
+// model. A request waits for at most one Redis call, and only when exact
+// mode would have waited for one too.
 //
 // Units are charged on Redis like admitted hits, before the replica
 // admits anything with them, so units granted to all replicas together
@@ -37,9 +37,9 @@
 //   - or more: a leaky bucket's units leak on Redis from their grant, a
 //     sliding window's leave it from the sub-window of their grant, not of
 //     their use, so Redis frees their room early: at most what the bucket
-//     drips, or the sub-windows pass, while units are held (at most
-//     maxHold intervals for a leaky bucket, a sub-window or an interval
-//     for a sliding window);
+//     drips, or the sub-windows pass, while units are held (for a leaky
+//     bucket at most maxHold intervals, or a drip if longer; for a
+//     sliding window a sub-window or an interval);
 //   - and a leaky bucket of drip_size d > 1 may count up to d - 1 past its
 //     size on Redis: the model and Redis drip on their own schedules, and
 //     one can be a drip behind the other; the units a replica lacks are
@@ -60,6 +60,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
@@ -108,17 +109,27 @@ type Store struct {
 	remote   Remote
 	interval time.Duration
 	timeout  time.Duration
-	maxBytes int64
-	log      *slog.Logger
-	seed     maphash.Seed
-	shards   [shards]shard
-	bytes    atomic.Int64
+	// keepFor is how many intervals without demand a bucket's entry is
+	// kept (keepTime's); sightEvery how many intervals a sighting is
+	// remembered for, at least (keepTime's half); sweepEvery how many
+	// intervals apart a sync looks at every entry, not only those in use
+	// (sweepTime's). rounds counts the syncs.
+	keepFor, sightEvery, sweepEvery int
+	rounds                          atomic.Uint64
+	maxBytes                        int64
+	log                             *slog.Logger
+	seed                            maphash.Seed
+	shards                          [shards]shard
+	bytes                           atomic.Int64
 	// offset is Redis's clock less the local one, in microseconds, as the
 	// last lease call found it: leases are charged on Redis's clock.
 	offset   atomic.Int64
 	syncs    atomic.Uint64
 	failures atomic.Uint64
 	lost     atomic.Uint64 // units set aside and not given back
+	// owing is set when a debt is recorded, for the next sync to look for
+	// debts only then.
+	owing atomic.Bool
 
 	// failedSyncs counts the syncs failed in a row, lastSyncWarn when one
 	// was last logged (Unix nanoseconds).
@@ -128,8 +139,9 @@ type Store struct {
 	// paying tracks the calls out that send debts, which Close waits for.
 	paying sync.WaitGroup
 	// asking tracks the calls out for units, which Close waits for: their
-	// units would not be given back.
+	// units would not be given back. asks batches them.
 	asking sync.WaitGroup
+	asks   asks
 
 	stop chan struct{}
 	done chan struct{}
@@ -143,6 +155,14 @@ type shard struct {
 	// interval and the one before: a bucket seen again while its hash is
 	// there gets an entry.
 	seen sightings
+	// round counts the syncs of the shard: its intervals. active holds
+	// the entries requests used in this one, each once (entry.listed):
+	// what a sync looks at, but for a sweep (Store.sweepEvery).
+	round  uint32
+	active []*entry
+	// Shards sit side by side: padding keeps each lock on cache lines of
+	// its own, which requests on other shards do not write.
+	_ [128 - unsafe.Sizeof(sync.Mutex{}) - 8*unsafe.Sizeof(uintptr(0))]byte
 }
 
 // New returns a store deciding locally against remote's leases and starts
@@ -165,9 +185,14 @@ func New(remote Remote, opts Options) (*Store, error) {
 	}
 	s := &Store{remote: remote, interval: opts.Interval, timeout: opts.SyncTimeout, maxBytes: opts.MaxBytes,
 		log: opts.Logger, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
+	s.asks = asks{remote: remote, timeout: opts.SyncTimeout}
+	s.keepFor = max(idleHold, intervals(keepTime, opts.Interval))
+	s.sightEvery = max(1, intervals(keepTime/2, opts.Interval))
+	s.sweepEvery = max(1, intervals(sweepTime, opts.Interval))
 	for i := range s.shards {
 		s.shards[i].m = map[uint64]*entry{}
 		s.shards[i].seen = newSightings()
+		s.shards[i].round = 1 // 0 is no entry's
 	}
 	if opts.ManualSync {
 		close(s.done)
@@ -217,6 +242,19 @@ func insertSorted(ids []uint32, id uint32) []uint32 {
 		}
 	}
 	return append(ids, id)
+}
+
+// list puts e on the shard's list of entries in use, once an interval.
+func (sh *shard) list(e *entry) {
+	if e.listed != sh.round {
+		e.listed = sh.round
+		sh.active = append(sh.active, e)
+	}
+}
+
+// intervals is how many intervals of length iv make d, rounded up.
+func intervals(d, iv time.Duration) int {
+	return int(min((d+iv-1)/iv, 1<<30))
 }
 
 func floorDiv(a, b int64) int64 {

@@ -259,9 +259,9 @@ func TestFewRedisCallsForManyRequests(t *testing.T) {
 }
 
 // TestColdBucketsAreDecidedOnRedis: a bucket seen once is decided on Redis,
-// by one call, as in exact mode, and leases nothing; seen again in the
-// interval, it gets units at the next sync, and its requests are decided
-// here after that.
+// by one call, as in exact mode, and leases nothing; seen again, it is
+// decided by one lease call that brings its model and units, and its
+// requests are decided here after that.
 func TestColdBucketsAreDecidedOnRedis(t *testing.T) {
 	r := newRemote()
 	s := newStore(t, r, time.Hour)
@@ -272,17 +272,19 @@ func TestColdBucketsAreDecidedOnRedis(t *testing.T) {
 		t.Fatalf("a bucket seen once: %d decisions and %d lease calls on Redis, %d entries; want 1, 0, 0",
 			r.applies.Load(), r.leases.Load(), s.Len())
 	}
+	// Seen again: decided by one lease call, whose answer is its model,
+	// with units for the requests to come.
 	apply(t, s, now, a)
-	if r.applies.Load() != 2 || s.Len() != 1 {
-		t.Fatalf("seen twice: %d decisions on Redis, %d entries; want 2, 1", r.applies.Load(), s.Len())
+	settle(s)
+	if r.applies.Load() != 1 || r.leases.Load() != 1 || s.Len() != 1 {
+		t.Fatalf("seen twice: %d decisions and %d lease calls on Redis, %d entries; want 1, 1, 1", r.applies.Load(), r.leases.Load(), s.Len())
 	}
-	s.sync(context.Background(), now, false)
 	if leaseOf(s, "a") == 0 {
-		t.Fatal("a bucket seen twice in an interval leased nothing at the sync")
+		t.Fatal("a bucket seen twice holds no units")
 	}
 	apply(t, s, now, a)
-	if r.applies.Load() != 2 {
-		t.Fatal("a request for a leased bucket was decided on Redis")
+	if r.applies.Load() != 1 || r.leases.Load() != 1 {
+		t.Fatal("a request for a leased bucket went to Redis")
 	}
 	// Seen once two syncs ago and not since: forgotten, and cold again.
 	apply(t, s, now, limit.Bucket{Key: "b", Limit: tenPerSecond, Hits: 1})

@@ -35,58 +35,50 @@ func (s *Store) Sync(ctx context.Context, now time.Time) int {
 
 // sync reconciles every bucket in use with Redis in batched lease calls:
 // what a bucket holds beyond twice its last interval's demand goes back,
-// what it lacks of that is asked for; a bucket without demand for
-// idleHold intervals gives everything back and is dropped. With all,
-// every bucket gives everything back (Close). What Redis answers of each
-// bucket raises its model by what other replicas used. It returns the
-// buckets synced.
+// what it lacks of that is asked for. Every sweepEvery syncs (and with
+// all) it looks at the idle buckets too: one without demand gives back
+// its units after idleHold intervals (keepFor, if they are few beside its
+// room) and is dropped after keepFor. With all, every bucket gives
+// everything back (Close). What Redis answers of each bucket raises its
+// model by what other replicas used. It returns the buckets synced.
 func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	s.payDebts(ctx, now)
 	rnow := now.UnixMicro() + s.offset.Load()
-	var leases []redis.Lease
-	var entries []*entry
-	var gens []uint32
+	var v visits
+	round := s.rounds.Add(1)
+	rotate := round%uint64(s.sightEvery) == 0
+	sweep := all || round%uint64(s.sweepEvery) == 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.rotate()
-		for h, e := range sh.m {
-			key := e.key
-			if e.calls > 0 {
-				continue // its own call is out; it syncs next time
+		if rotate {
+			sh.rotate()
+		}
+		closing := sh.round
+		sh.round++
+		active := sh.active
+		sh.active = sh.active[:0:0]
+		for _, e := range active {
+			s.visit(sh, e, closing, rnow, all, &v)
+			if v.drop {
+				s.drop(sh, e)
 			}
-			s.expire(e, rnow)
-			e.prev, e.demand = e.demand, 0
-			if e.prev > 0 {
-				e.idle = 0
-			} else if e.idle < idleHold {
-				e.idle++
-			}
-			l := s.plan(key, e, rnow, all)
-			if e.stale > 0 {
-				// Set aside by expire, granted at another time: given back
-				// first, in the same call.
-				leases = append(leases, redis.Lease{Key: key, Limit: e.limit, SecondUnit: e.second, Return: e.stale, At: e.staleAt})
-				entries, gens = append(entries, e), append(gens, e.gen)
-				e.stale = 0
-				e.calls++
-			}
-			if l.Return == 0 && l.Ask == 0 {
-				if e.held() == 0 && e.debt == 0 && e.paying == 0 && e.idle >= idleHold && e.calls == 0 && e.redisExact(rnow) {
-					delete(sh.m, h)
-					s.bytes.Add(-cost(key))
+		}
+		if sweep {
+			for h, e := range sh.m {
+				if e.listed == closing {
+					continue // visited above
 				}
-				continue
+				s.visit(sh, e, closing, rnow, all, &v)
+				if v.drop {
+					delete(sh.m, h)
+					s.bytes.Add(-cost(e.key))
+				}
 			}
-			// What goes back leaves the lease now: used meanwhile, it
-			// would be taken by another replica too.
-			e.lease -= max(l.Return, 0)
-			e.calls++
-			leases = append(leases, l)
-			entries, gens = append(entries, e), append(gens, e.gen)
 		}
 		sh.mu.Unlock()
 	}
+	leases, entries, gens := v.leases, v.entries, v.gens
 	if len(leases) == 0 {
 		return 0
 	}
@@ -125,33 +117,94 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	return len(leases)
 }
 
+// drop removes e from its shard's table. Called with the shard locked.
+func (s *Store) drop(sh *shard, e *entry) {
+	h := maphash.String(s.seed, e.key)
+	if sh.m[h] == e {
+		delete(sh.m, h)
+		s.bytes.Add(-cost(e.key))
+	}
+}
+
+// visits are what a sync asks of Redis for the entries it visited: each
+// lease, its entry and the entry's lease generation. drop says the entry
+// last visited may be dropped.
+type visits struct {
+	leases  []redis.Lease
+	entries []*entry
+	gens    []uint32
+	drop    bool
+}
+
+// visit plans entry e's part of a sync that closes interval closing of
+// its shard: units set aside and what goes back or is asked for, into v;
+// v.drop, whether e is idle and holds nothing, and may be dropped. Called
+// with the shard locked.
+func (s *Store) visit(sh *shard, e *entry, closing uint32, rnow int64, all bool, v *visits) {
+	v.drop = false
+	if e.calls > 0 {
+		sh.list(e) // its own call is out; it syncs next time
+		return
+	}
+	s.expire(e, rnow)
+	e.roll(sh.round)
+	idle := int(min(closing-e.used, uint32(s.keepFor)))
+	ret, ask := s.plan(e, idle, rnow, all)
+	if e.stale > 0 {
+		// Set aside by expire, granted at another time: given back first,
+		// in the same call.
+		v.leases = append(v.leases, redis.Lease{Key: e.key, Limit: e.limit, SecondUnit: e.second, Return: e.stale, At: e.staleAt})
+		v.entries, v.gens = append(v.entries, e), append(v.gens, e.gen)
+		e.stale = 0
+		e.calls++
+	}
+	if ret == 0 && ask == 0 {
+		v.drop = e.held() == 0 && e.debt == 0 && e.paying == 0 && idle >= s.keepFor && e.calls == 0 && e.redisExact(rnow)
+		return
+	}
+	// What goes back leaves the lease now: used meanwhile, it would be
+	// taken by another replica too.
+	e.lease -= max(ret, 0)
+	e.calls++
+	v.leases = append(v.leases, redis.Lease{Key: e.key, Limit: e.limit, SecondUnit: e.second, At: e.leasedAt, Return: ret, Ask: ask})
+	v.entries, v.gens = append(v.entries, e), append(v.gens, e.gen)
+}
+
 // plan returns what the sync gives back of e and asks for it (nothing of
 // either: no call); with all, everything goes back. A bucket without a
 // model yet asks for nothing: its next request learns it.
-func (s *Store) plan(key string, e *entry, rnow int64, all bool) redis.Lease {
-	target := s.target(e)
+func (s *Store) plan(e *entry, idle int, rnow int64, all bool) (ret, ask int64) {
+	target := s.target(e, idle, rnow)
 	if all || !e.known {
 		target = 0
 	}
-	l := redis.Lease{Key: key, Limit: e.limit, SecondUnit: e.second, At: e.leasedAt}
 	switch {
 	case e.limit.Algorithm != limit.LeakyBucket:
 		if e.prev > 0 || target == 0 {
 			// A window's lease is of one (sub-)window: all of it goes
 			// back, and what is wanted comes anew.
-			l.Return, l.Ask = max(e.lease, 0), target
+			return max(e.lease, 0), target
 		}
-	case e.lease > 0 && e.prev > 0 && rnow-e.leasedAt >= maxHold*s.interval.Microseconds():
+	case e.lease > 0 && e.prev > 0 && rnow-e.leasedAt >= s.holdFor(e.limit):
 		// Held long, and in use: it has been leaking on Redis all this
 		// time. (Units without demand are not renewed: they go back after
 		// idleHold intervals, unless used again, and renewed then.)
-		l.Return, l.Ask = e.lease, target
+		return e.lease, target
 	case e.lease > 2*target:
-		l.Return = e.lease - target
+		return e.lease - target, 0
 	case e.lease < (target+1)/2:
-		l.Ask = target - max(e.lease, 0)
+		return 0, target - max(e.lease, 0)
 	}
-	return l
+	return 0, 0
+}
+
+// holdFor is how long, in microseconds, a leaky bucket's units are held
+// before they are renewed: maxHold intervals, or one drip if longer. They
+// leak on Redis from their grant, not their use, so that others may take
+// the room they held early: by at most what the bucket drips meanwhile,
+// which is then one drip (drip_size units), or maxHold intervals' drips.
+func (s *Store) holdFor(l limit.Limit) int64 {
+	return max(maxHold*s.interval.Microseconds(), l.Leaky().Clamped().DripRate.Microseconds())
 }
 
 // syncWarnEvery is how often a sync that keeps failing is logged: once a
@@ -182,17 +235,33 @@ const maxHold = 8
 const headroom = 16
 
 // idleHold is how many intervals without demand a replica keeps a
-// bucket's units before giving them back: clients that call every few
-// seconds should not cost a Redis call each time.
+// bucket's units before giving them back, when they are more than a
+// headroom's share of the room the bucket has: units others may need.
+// Fewer, it keeps them, and the entry, for keepTime: clients that call
+// every few seconds, or every few intervals of a short one, should not
+// cost a Redis call each time.
 const idleHold = 4
+
+// keepTime is how long a bucket without demand keeps its entry (its model,
+// and units that are few beside its room): a bucket seen again meanwhile
+// is decided here.
+const keepTime = 20 * time.Second
+
+// sweepTime is how often, at least, a sync looks at every entry: those
+// without demand, whose units go back after idleHold intervals, or
+// keepTime, and that are dropped after keepTime. Between sweeps, a sync
+// looks only at the entries requests used: with a short interval and
+// many buckets, looking at every one each interval costs more than the
+// requests do.
+const sweepTime = time.Second
 
 // target is what e should hold after a sync: twice its last interval's
 // demand, and for a leaky bucket in demand a sixteenth of the room it had
-// at the last answer, if more. A bucket without demand for idleHold
-// intervals holds nothing; one without demand for fewer keeps what it
-// holds.
-func (s *Store) target(e *entry) int64 {
-	if e.idle >= idleHold {
+// at the last answer, if more. A bucket without demand keeps what it
+// holds, for idleHold intervals, or for keepFor if that is few beside its
+// room; then nothing.
+func (s *Store) target(e *entry, idle int, rnow int64) int64 {
+	if idle >= s.keepFor || (idle >= idleHold && !e.roomy(rnow)) {
 		return 0
 	}
 	if e.prev == 0 {
@@ -203,6 +272,13 @@ func (s *Store) target(e *entry) int64 {
 		t = max(t, (e.limit.Size-e.model.Counter)/headroom)
 	}
 	return t
+}
+
+// roomy reports whether what e holds is at most a headroom's share of the
+// room its model has at rnow.
+func (e *entry) roomy(rnow int64) bool {
+	room := e.limit.Size - limit.Count(e.model, e.limit, time.UnixMicro(rnow))
+	return e.held() <= room/headroom
 }
 
 // closeTimeout bounds the last sync, which gives every lease back.
