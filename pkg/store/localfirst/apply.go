@@ -59,8 +59,11 @@ type request struct {
 	taken   []int64
 	short   []int64
 	charged []bool
-	// exacts is each entry's exacts when the request was classified.
-	exacts []uint32
+	// counted marks the buckets counted in their shard's exact slots (the
+	// call exact mode makes, out); started is, for a learning bucket, its
+	// slot's started when the request was classified.
+	counted []bool
+	started []uint32
 	// onModel is whether every bucket decided on its model admits (the
 	// request's answer if no bucket needs Redis).
 	onModel bool
@@ -73,7 +76,7 @@ var requests = sync.Pool{New: func() any { return new(request) }}
 func (r *request) reset(buckets []limit.Bucket) {
 	n := len(buckets)
 	*r = request{buckets: buckets, hashes: r.hashes[:0], locks: r.locks[:0], entries: grow(r.entries, n), ways: grow(r.ways, n),
-		gens: grow(r.gens, n), states: grow(r.states, n), taken: grow(r.taken, n), short: grow(r.short, n), charged: grow(r.charged, n), exacts: grow(r.exacts, n)}
+		gens: grow(r.gens, n), states: grow(r.states, n), taken: grow(r.taken, n), short: grow(r.short, n), charged: grow(r.charged, n), counted: grow(r.counted, n), started: grow(r.started, n)}
 }
 
 // grow returns s of length n, its elements zero.
@@ -122,6 +125,21 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	}
 
 	s.lock(r.locks)
+	for {
+		learner := s.find(r)
+		if learner == nil {
+			break
+		}
+		// A bucket of it is being learnt: decided on its model once that
+		// comes, not beside the lease that brings it.
+		s.unlock(r.locks)
+		select {
+		case <-learner:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.lock(r.locks)
+	}
 	r.rnow = now.UnixMicro() + s.offset.Load()
 	s.classify(r)
 	if r.untracked() {
@@ -129,6 +147,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		// with nothing to note of its answer.
 		s.unlock(r.locks)
 		err := s.remote.Apply(ctx, now, buckets, results)
+		s.uncount(r)
 		if err != nil {
 			s.keepCharges(r)
 		}
@@ -149,7 +168,11 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	if !leaseOnly {
 		for i, w := range r.ways {
 			if w == learning {
-				r.ways[i] = onRedis // in exact mode's call, which is made anyway
+				// In exact mode's call, which is made anyway.
+				r.ways[i] = onRedis
+				r.entries[i].calls--
+				r.entries[i].learnt()
+				s.count(r, i)
 			}
 		}
 	}
@@ -195,29 +218,68 @@ func (s *Store) keepCharges(r *request) {
 	}
 }
 
-// learnable reports whether bucket b, whose entry e has no model yet, may
-// be decided by a lease that learns its model (way learning): hits to
-// charge, none held nor any call out for it, and an algorithm whose whole
-// state a lease's answer holds (not a sliding window's counts). A limit
-// that charges always or a shadow bucket takes exact mode's call.
-func learnable(e *entry, b limit.Bucket) bool {
-	return b.Hits > 0 && !b.Always && !b.Shadow && e.calls == 0 && e.deciding == 0 && e.held() == 0 &&
-		b.Limit.Algorithm != limit.SlidingWindow
+// learnable reports whether bucket b (hash h), whose entry e has no model
+// yet, may be decided by a lease that learns its model (way learning):
+// hits to charge, none held nor any call out for it (a lease, or exact
+// mode's call: its slot counts none), and an algorithm whose whole state a
+// lease's answer holds (not a sliding window's counts). A limit that
+// charges always or a shadow bucket takes exact mode's call. Called with
+// the shard locked.
+func learnable(sh *shard, h uint64, e *entry, b limit.Bucket) bool {
+	return b.Hits > 0 && !b.Always && !b.Shadow && e.calls == 0 && e.held() == 0 &&
+		b.Limit.Algorithm != limit.SlidingWindow && sh.exact[exactSlot(h)].Load() == 0
 }
 
-// classify finds each bucket's entry and how it is decided, counting its
-// demand. Called with the request's shards locked.
+// count counts bucket i of r, decided by exact mode's call, in its
+// shard's exact slot until the call is back (uncount). Called with the
+// bucket's shard locked.
+func (s *Store) count(r *request, i int) {
+	sh, slot := &s.shards[r.hashes[i]%shards], exactSlot(r.hashes[i])
+	sh.exact[slot].Add(1)
+	sh.started[slot].Add(1)
+	r.counted[i] = true
+}
+
+// uncount ends what count counted of r: its call to Redis is back.
+func (s *Store) uncount(r *request) {
+	for i, c := range r.counted {
+		if c {
+			s.shards[r.hashes[i]%shards].exact[exactSlot(r.hashes[i])].Add(-1)
+			r.counted[i] = false
+		}
+	}
+}
+
+// find finds the entry of each bucket of r (made if it is seen again),
+// and returns the channel of a learner out for one of them, if any: the
+// request then waits for its answer. Called with the request's shards
+// locked.
+func (s *Store) find(r *request) chan struct{} {
+	for i, b := range r.buckets {
+		e := s.track(&s.shards[r.hashes[i]%shards], r.hashes[i], b)
+		r.entries[i] = e
+		if e != nil && e.learner != nil {
+			return e.learner
+		}
+	}
+	return nil
+}
+
+// classify decides how each bucket of r is decided (its entry found by
+// find), counting its demand. Called with the request's shards locked.
 func (s *Store) classify(r *request) {
 	for i, b := range r.buckets {
 		sh := &s.shards[r.hashes[i]%shards]
-		e := s.track(sh, r.hashes[i], b)
-		r.entries[i] = e
+		e := r.entries[i] // found by find
 		switch {
-		case e != nil && !e.known && learnable(e, b):
+		case e != nil && !e.known && learnable(sh, r.hashes[i], e, b):
 			r.ways[i] = learning
-			r.exacts[i] = e.exacts
+			r.started[i] = sh.started[exactSlot(r.hashes[i])].Load()
+			e.calls++ // its lease, which no other request's may join
+			e.learner = make(chan struct{})
 		case e == nil || !e.known:
 			r.ways[i] = onRedis
+			s.count(r, i)
 		case b.Hits < 0:
 			r.ways[i] = refund
 		}

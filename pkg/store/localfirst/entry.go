@@ -62,13 +62,19 @@ type entry struct {
 	redis limit.State
 	// reloaded is the generation a reload of the limit began.
 	reloaded uint32
-	// deciding counts the calls exact mode makes that are out for the
-	// bucket while it has no model, exacts those ever made: a lease that
-	// learns the model (way learning) does so only if none was out when it
-	// was sent, nor sent meanwhile, as their charges may be on Redis
-	// unknown to its answer.
-	deciding int
-	exacts   uint32
+	// learner is closed when the lease out that learns the bucket's model
+	// (way learning) is back; nil when none is out. Requests for the
+	// bucket wait for it: beside it, on Redis, they would find its units
+	// taken, which exact mode never had.
+	learner chan struct{}
+}
+
+// learnt ends e's learner: the requests waiting for it go on.
+func (e *entry) learnt() {
+	if e.learner != nil {
+		close(e.learner)
+		e.learner = nil
+	}
 }
 
 // entry returns the entry of bucket b, whose key hashes to h, made if new;
@@ -107,7 +113,7 @@ func (e *entry) matches(b limit.Bucket) bool {
 // debt is kept: it is usage of the bucket's key, whatever its limit now.
 func (e *entry) reload(b limit.Bucket) {
 	*e = entry{key: e.key, limit: b.Limit, second: b.SecondUnit, calls: e.calls, debt: e.debt, debtAt: e.debtAt, paying: e.paying, gen: e.gen + 1, reloaded: e.gen + 1,
-		demand: e.demand, prev: e.prev, round: e.round, used: e.used, listed: e.listed, deciding: e.deciding, exacts: e.exacts}
+		demand: e.demand, prev: e.prev, round: e.round, used: e.used, listed: e.listed, learner: e.learner}
 }
 
 // roll moves e's demand on to interval round: prev becomes the demand of

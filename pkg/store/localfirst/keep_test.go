@@ -166,3 +166,37 @@ func TestIdleBucketsWaitForTheSweep(t *testing.T) {
 		t.Fatalf("Redis counts %d %v after the bucket's last use, want its 3 admitted: its units back", got, idleHold*interval+sweepTime)
 	}
 }
+
+// TestRequestsWaitForTheLearner: requests for a bucket whose model a lease
+// is learning wait for its answer and are decided on the model, as exact
+// mode decides them: beside it, on Redis, they would find the room its
+// units took. A bucket of 3 (one used): two requests while the lease is
+// out are both admitted, the next refused.
+func TestRequestsWaitForTheLearner(t *testing.T) {
+	r := newRemote()
+	r.callerClock = true
+	s := newStore(t, r, time.Hour)
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	b := limit.Bucket{Key: "k", Limit: limit.Limit{Size: 3, DripRate: time.Hour, DripSize: 1}, Hits: 1}
+	apply(t, s, now, b) // seen once: decided on Redis
+	r.hold = make(chan struct{})
+	answers := make(chan bool, 2)
+	for range 2 {
+		go func() {
+			res := make([]limit.Result, 1)
+			err := s.Apply(context.Background(), now, []limit.Bucket{b}, res)
+			answers <- err == nil && res[0].Admitted
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // both classified: one learning, one waiting
+	close(r.hold)
+	for range 2 {
+		if !<-answers {
+			t.Fatal("a request beside the learner refused: the bucket had room for both")
+		}
+	}
+	r.hold = nil
+	if res, ok := apply(t, s, now, b); ok || res[0].Remaining != 0 {
+		t.Fatalf("the fourth hit on a bucket of 3: admitted %v, remaining %d; want refused, 0", ok, res[0].Remaining)
+	}
+}

@@ -59,7 +59,7 @@ func newPending(r *request, results []limit.Result) *pending {
 	p.r = request{buckets: slices.Clone(r.buckets), hashes: slices.Clone(r.hashes), locks: slices.Clone(r.locks),
 		entries: slices.Clone(r.entries), ways: slices.Clone(r.ways), gens: slices.Clone(r.gens),
 		states: slices.Clone(r.states), taken: slices.Clone(r.taken), short: slices.Clone(r.short),
-		charged: slices.Clone(r.charged), exacts: slices.Clone(r.exacts), onModel: r.onModel, rnow: r.rnow}
+		charged: slices.Clone(r.charged), counted: slices.Clone(r.counted), started: slices.Clone(r.started), onModel: r.onModel, rnow: r.rnow}
 	return p
 }
 
@@ -87,8 +87,7 @@ func (s *Store) askUnits(ctx context.Context, now time.Time, r *request, results
 	s.lock(p.r.locks)
 	for i, b := range p.r.buckets {
 		if p.r.ways[i] == learning {
-			e := p.r.entries[i]
-			e.calls++
+			e := p.r.entries[i] // its calls counts the lease already (classify)
 			leases = append(leases, redis.Lease{Key: b.Key, Limit: b.Limit, SecondUnit: b.SecondUnit, Ask: s.want(e, b)})
 			p.index, p.roles = append(p.index, i), append(p.roles, learn)
 			continue
@@ -128,9 +127,8 @@ func (s *Store) askUnits(ctx context.Context, now time.Time, r *request, results
 	s.asking.Add(1)
 	go func() {
 		defer s.asking.Done()
-		start := time.Now()
-		rnow, err := s.asks.lease(now, leases)
-		s.noteClock(rnow, now, start)
+		rnow, sent, err := s.asks.lease(now, leases)
+		s.noteClock(rnow, now, sent)
 		if err != nil {
 			s.failures.Add(1)
 		}
@@ -179,6 +177,9 @@ func (s *Store) finishAsk(p *pending, leases []redis.Lease, err error) {
 		last := j+1 == len(leases) || p.index[j+1] != i
 		if last {
 			e.calls--
+		}
+		if p.roles[j] == learn {
+			e.learnt()
 		}
 		if l.Err != nil {
 			continue
@@ -230,7 +231,7 @@ func (s *Store) learnt(p *pending, i int, l *redis.Lease) {
 	at := time.UnixMicro(l.Now)
 	before := uncharged(l.State, b.Limit, at, l.Granted)
 	r.states[i] = before
-	if !e.known && e.exacts == r.exacts[i] {
+	if !e.known && s.shards[r.hashes[i]%shards].started[exactSlot(r.hashes[i])].Load() == r.started[i] {
 		e.model, e.known = before, true
 	}
 	st := before
@@ -298,18 +299,14 @@ func (s *Store) decideWithRedis(ctx context.Context, now time.Time, r *request, 
 	p := &pending{results: results, r: *r, ok: make([]bool, len(r.buckets)), wait: make([]time.Duration, len(r.buckets))}
 	var rb []limit.Bucket
 	s.lock(p.r.locks)
-	var deciding []bool // the entries this call counts in their deciding
 	for i, b := range p.r.buckets {
-		if e := p.r.entries[i]; e != nil && !e.known && p.r.ways[i] == onRedis {
-			if deciding == nil {
-				deciding = make([]bool, len(p.r.buckets))
-			}
-			deciding[i] = true
-			e.deciding++
-			e.exacts++
-		}
 		switch p.r.ways[i] {
 		case onRedis, refund:
+			if e := p.r.entries[i]; e != nil && e.held() > 0 && !e.known {
+				// Units of a lease whose answer was not taken as the model:
+				// Redis counts them, the request does not.
+				b.Limit = inflated(b.Limit, e.held())
+			}
 			if !p.r.onModel && !b.Always {
 				b.Hits = 0 // refused whatever Redis says: it only tells the figures
 			}
@@ -338,11 +335,7 @@ func (s *Store) decideWithRedis(ctx context.Context, now time.Time, r *request, 
 	err := s.remote.Apply(ctx, now, rb, rr)
 	s.lock(p.r.locks)
 	defer s.unlock(p.r.locks)
-	for i, counted := range deciding {
-		if counted {
-			p.r.entries[i].deciding--
-		}
-	}
+	s.uncount(&p.r)
 	if err != nil {
 		s.failed(p, rb)
 		return err

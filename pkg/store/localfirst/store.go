@@ -149,21 +149,39 @@ type Store struct {
 }
 
 type shard struct {
+	shardState
+	// Shards sit side by side: padding keeps each lock on cache lines of
+	// its own, which requests on other shards do not write.
+	_ [(128 - unsafe.Sizeof(shardState{})%128) % 128]byte
+}
+
+type shardState struct {
 	mu sync.Mutex
 	m  map[uint64]*entry // by the key's hash; an entry holds its key
-	// seen holds the hashes of the buckets without an entry seen in this
-	// interval and the one before: a bucket seen again while its hash is
-	// there gets an entry.
+	// seen holds the hashes of the buckets without an entry seen lately:
+	// a bucket seen again while its hash is there gets an entry.
 	seen sightings
 	// round counts the syncs of the shard: its intervals. active holds
 	// the entries requests used in this one, each once (entry.listed):
 	// what a sync looks at, but for a sweep (Store.sweepEvery).
 	round  uint32
 	active []*entry
-	// Shards sit side by side: padding keeps each lock on cache lines of
-	// its own, which requests on other shards do not write.
-	_ [128 - unsafe.Sizeof(sync.Mutex{}) - 8*unsafe.Sizeof(uintptr(0))]byte
+	// exact counts, by a slot of the bucket's hash, the calls exact mode
+	// makes out for buckets without a model, and started those ever made:
+	// a lease that learns a bucket's model (way learning) is sent only
+	// when none is out, and its answer becomes the model only if none was
+	// sent meanwhile, as their charges may be on Redis or not when it
+	// answers. Hashes sharing a slot only learn later.
+	exact   [exactSlots]atomic.Int32
+	started [exactSlots]atomic.Uint32
 }
+
+// exactSlots is how many slots of a shard count the calls exact mode makes
+// for buckets without a model.
+const exactSlots = 64
+
+// exactSlot is the slot of hash h in its shard's exact and started.
+func exactSlot(h uint64) uint64 { return (h / shards) % exactSlots }
 
 // New returns a store deciding locally against remote's leases and starts
 // its sync loop. Close stops it and gives back what it holds.

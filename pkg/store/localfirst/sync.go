@@ -70,7 +70,7 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 					continue // visited above
 				}
 				s.visit(sh, e, closing, rnow, all, &v)
-				if v.drop {
+				if v.drop && sh.exact[exactSlot(h)].Load() == 0 {
 					delete(sh.m, h)
 					s.bytes.Add(-cost(e.key))
 				}
@@ -117,10 +117,12 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	return len(leases)
 }
 
-// drop removes e from its shard's table. Called with the shard locked.
+// drop removes e from its shard's table, unless a call of exact mode's
+// may be out for it (its failure would leave a debt on it). Called with
+// the shard locked.
 func (s *Store) drop(sh *shard, e *entry) {
 	h := maphash.String(s.seed, e.key)
-	if sh.m[h] == e {
+	if sh.m[h] == e && sh.exact[exactSlot(h)].Load() == 0 {
 		delete(sh.m, h)
 		s.bytes.Add(-cost(e.key))
 	}
@@ -261,7 +263,7 @@ const sweepTime = time.Second
 // holds, for idleHold intervals, or for keepFor if that is few beside its
 // room; then nothing.
 func (s *Store) target(e *entry, idle int, rnow int64) int64 {
-	if idle >= s.keepFor || (idle >= idleHold && !e.roomy(rnow)) {
+	if idle >= s.keepFor || (idle >= idleHold && (!e.roomy(rnow) || s.heldLong(e, rnow))) {
 		return 0
 	}
 	if e.prev == 0 {
@@ -272,6 +274,13 @@ func (s *Store) target(e *entry, idle int, rnow int64) int64 {
 		t = max(t, (e.limit.Size-e.model.Counter)/headroom)
 	}
 	return t
+}
+
+// heldLong reports whether e's units are a leaky bucket's held for
+// holdFor: unused, they go back rather than be used later, which would let
+// others take the room they leaked on Redis meanwhile.
+func (s *Store) heldLong(e *entry, rnow int64) bool {
+	return e.limit.Algorithm == limit.LeakyBucket && e.lease > 0 && rnow-e.leasedAt >= s.holdFor(e.limit)
 }
 
 // roomy reports whether what e holds is at most a headroom's share of the
