@@ -15,6 +15,35 @@ var roomy = limit.Limit{Size: 1_000_000, DripRate: time.Minute, DripSize: 1}
 // calls is every call the remote has had.
 func calls(r *remote) int64 { return r.applies.Load() + r.leases.Load() }
 
+// manualStore returns a remote deciding at the caller's instants, a store
+// on it that syncs when told (closed when t ends), and an instant to start
+// at.
+func manualStore(t *testing.T, interval time.Duration) (*remote, *Store, time.Time) {
+	t.Helper()
+	r := newRemote()
+	r.callerClock = true
+	s, err := New(r, Options{Interval: interval, ManualSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return r, s, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+}
+
+// inUse has bucket b in demand on s, three requests of it, and syncs
+// once: it holds units.
+func inUse(t *testing.T, s *Store, now *time.Time, interval time.Duration, b limit.Bucket) {
+	t.Helper()
+	for range 3 {
+		apply(t, s, *now, b)
+	}
+	settle(s)
+	syncFor(s, now, interval, interval)
+	if leaseOf(s, b.Key) == 0 {
+		t.Fatal("a bucket in demand holds no units after a sync")
+	}
+}
+
 // syncFor syncs s every interval from *now for d, moving *now on.
 func syncFor(s *Store, now *time.Time, interval, d time.Duration) {
 	for end := now.Add(d); now.Before(end); {
@@ -29,14 +58,7 @@ func syncFor(s *Store, now *time.Time, interval, d time.Duration) {
 // idle units lasted two and four intervals.
 func TestShortIntervalKeepsBucketsSeenEveryFewIntervals(t *testing.T) {
 	const interval = 100 * time.Millisecond
-	r := newRemote()
-	r.callerClock = true
-	s, err := New(r, Options{Interval: interval, ManualSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	r, s, now := manualStore(t, interval)
 	b := limit.Bucket{Key: "api|user=alice", Limit: roomy, Hits: 1}
 	for range 3 { // decided on Redis twice, then given units by a sync
 		apply(t, s, now, b)
@@ -63,23 +85,9 @@ func TestShortIntervalKeepsBucketsSeenEveryFewIntervals(t *testing.T) {
 // back after idleHold intervals (TestSyncGivesBackWhatIsNotUsed).
 func TestRoomyUnitsAreKeptWhileIdle(t *testing.T) {
 	const interval = time.Second
-	r := newRemote()
-	r.callerClock = true
-	s, err := New(r, Options{Interval: interval, ManualSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	r, s, now := manualStore(t, interval)
 	b := limit.Bucket{Key: "k", Limit: roomy, Hits: 1}
-	for range 3 {
-		apply(t, s, now, b)
-	}
-	settle(s)
-	syncFor(s, &now, interval, interval)
-	if leaseOf(s, b.Key) == 0 {
-		t.Fatal("a bucket in demand holds no units after a sync")
-	}
+	inUse(t, s, &now, interval, b)
 	syncFor(s, &now, interval, (idleHold+2)*interval)
 	if leaseOf(s, b.Key) == 0 {
 		t.Fatalf("roomy units given back after %d idle intervals, before keepTime", idleHold+2)
@@ -110,13 +118,7 @@ func TestUnitsRenewedAfterMaxHoldOrADrip(t *testing.T) {
 		{10 * time.Millisecond, maxHold * interval},
 		{time.Minute, time.Minute},
 	} {
-		r := newRemote()
-		r.callerClock = true
-		s, err := New(r, Options{Interval: interval, ManualSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+		r, s, now := manualStore(t, interval)
 		b := limit.Bucket{Key: "k", Limit: limit.Limit{Size: 1_000_000, DripRate: c.drip, DripSize: 1}, Hits: 1}
 		for range 3 {
 			apply(t, s, now, b)
@@ -132,7 +134,6 @@ func TestUnitsRenewedAfterMaxHoldOrADrip(t *testing.T) {
 				break
 			}
 		}
-		s.Close()
 		if renewed != c.hold {
 			t.Errorf("drip %v: units in use renewed %v after their grant, want %v", c.drip, renewed, c.hold)
 		}
@@ -144,23 +145,9 @@ func TestUnitsRenewedAfterMaxHoldOrADrip(t *testing.T) {
 // sweep after idleHold intervals, within sweepTime.
 func TestIdleBucketsWaitForTheSweep(t *testing.T) {
 	const interval = 100 * time.Millisecond
-	r := newRemote()
-	r.callerClock = true
-	s, err := New(r, Options{Interval: interval, ManualSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	r, s, now := manualStore(t, interval)
 	b := limit.Bucket{Key: "k", Limit: limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}, Hits: 1}
-	for range 3 {
-		apply(t, s, now, b)
-	}
-	settle(s)
-	syncFor(s, &now, interval, interval)
-	if leaseOf(s, b.Key) == 0 {
-		t.Fatal("a bucket in demand holds no units after a sync")
-	}
+	inUse(t, s, &now, interval, b)
 	syncFor(s, &now, interval, idleHold*interval+sweepTime)
 	if got := r.state(b.Key).Counter; got != 3 {
 		t.Fatalf("Redis counts %d %v after the bucket's last use, want its 3 admitted: its units back", got, idleHold*interval+sweepTime)
