@@ -22,9 +22,10 @@
 // asks Redis for its count, as other replicas' charges decide it. A
 // bucket not seen lately (keepTime/2 to keepTime, the long tail of a
 // per-user limit) gets no entry and is decided on Redis, by the call exact
-// mode makes; its second sighting is too, and the answer becomes its
-// model. A request waits for at most one Redis call, and only when exact
-// mode would have waited for one too.
+// mode makes; its second sighting by one lease call of its hits and units
+// for the requests to come, whose answer becomes its model (way learning;
+// a sliding window's by exact mode's call). A request waits for at most
+// one Redis call, and only when exact mode would have waited for one too.
 //
 // Units are charged on Redis like admitted hits, before the replica
 // admits anything with them, so units granted to all replicas together
