@@ -59,9 +59,8 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 		active := sh.active
 		sh.active = sh.active[:0:0]
 		for _, e := range active {
-			s.visit(sh, e, closing, rnow, all, &v)
-			if v.drop {
-				s.drop(sh, e)
+			if s.visit(sh, e, closing, rnow, all, &v) {
+				s.drop(sh, maphash.String(s.seed, e.key), e)
 			}
 		}
 		if sweep {
@@ -69,10 +68,8 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 				if e.listed == closing {
 					continue // visited above
 				}
-				s.visit(sh, e, closing, rnow, all, &v)
-				if v.drop && sh.exact[exactSlot(h)].Load() == 0 {
-					delete(sh.m, h)
-					s.bytes.Add(-cost(e.key))
+				if s.visit(sh, e, closing, rnow, all, &v) {
+					s.drop(sh, h, e)
 				}
 			}
 		}
@@ -117,11 +114,10 @@ func (s *Store) sync(ctx context.Context, now time.Time, all bool) int {
 	return len(leases)
 }
 
-// drop removes e from its shard's table, unless a call of exact mode's
+// drop removes e, of hash h, from its shard's table, unless a call of exact mode's
 // may be out for it (its failure would leave a debt on it). Called with
 // the shard locked.
-func (s *Store) drop(sh *shard, e *entry) {
-	h := maphash.String(s.seed, e.key)
+func (s *Store) drop(sh *shard, h uint64, e *entry) {
 	if sh.m[h] == e && sh.exact[exactSlot(h)].Load() == 0 {
 		delete(sh.m, h)
 		s.bytes.Add(-cost(e.key))
@@ -129,24 +125,21 @@ func (s *Store) drop(sh *shard, e *entry) {
 }
 
 // visits are what a sync asks of Redis for the entries it visited: each
-// lease, its entry and the entry's lease generation. drop says the entry
-// last visited may be dropped.
+// lease, its entry and the entry's lease generation.
 type visits struct {
 	leases  []redis.Lease
 	entries []*entry
 	gens    []uint32
-	drop    bool
 }
 
 // visit plans entry e's part of a sync that closes interval closing of
 // its shard: units set aside and what goes back or is asked for, into v;
-// v.drop, whether e is idle and holds nothing, and may be dropped. Called
-// with the shard locked.
-func (s *Store) visit(sh *shard, e *entry, closing uint32, rnow int64, all bool, v *visits) {
-	v.drop = false
+// it reports whether e is idle and holds nothing, and may be dropped.
+// Called with the shard locked.
+func (s *Store) visit(sh *shard, e *entry, closing uint32, rnow int64, all bool, v *visits) (idleEmpty bool) {
 	if e.calls > 0 {
 		sh.list(e) // its own call is out; it syncs next time
-		return
+		return false
 	}
 	s.expire(e, rnow)
 	e.roll(sh.round)
@@ -161,8 +154,7 @@ func (s *Store) visit(sh *shard, e *entry, closing uint32, rnow int64, all bool,
 		e.calls++
 	}
 	if ret == 0 && ask == 0 {
-		v.drop = e.held() == 0 && e.debt == 0 && e.paying == 0 && idle >= s.keepFor && e.calls == 0 && e.redisExact(rnow)
-		return
+		return e.held() == 0 && e.debt == 0 && e.paying == 0 && idle >= s.keepFor && e.calls == 0 && e.redisExact(rnow)
 	}
 	// What goes back leaves the lease now: used meanwhile, it would be
 	// taken by another replica too.
@@ -170,6 +162,7 @@ func (s *Store) visit(sh *shard, e *entry, closing uint32, rnow int64, all bool,
 	e.calls++
 	v.leases = append(v.leases, redis.Lease{Key: e.key, Limit: e.limit, SecondUnit: e.second, At: e.leasedAt, Return: ret, Ask: ask})
 	v.entries, v.gens = append(v.entries, e), append(v.gens, e.gen)
+	return false
 }
 
 // plan returns what the sync gives back of e and asks for it (nothing of
