@@ -13,15 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/servertest"
 )
 
 // RequireEnv names the variable that turns a missing memcached into a
@@ -41,25 +40,14 @@ func Unavailable(t testing.TB, format string, args ...any) {
 
 // Server is one running memcached.
 type Server struct {
-	t    testing.TB
-	addr string
-
-	// A process of memcached from PATH...
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-	// ...or a container.
-	container testcontainers.Container
+	*servertest.Server
 }
-
-// Addr returns host:port.
-func (s *Server) Addr() string { return s.addr }
 
 // Client returns a plain client of the server, as the reference makes
 // one, closed with the test.
 func (s *Server) Client(t testing.TB) *memcache.Client {
 	t.Helper()
-	c := memcache.New(s.addr)
+	c := memcache.New(s.Addr())
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -93,65 +81,7 @@ func newProcess(t testing.TB, bin string) *Server {
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "root") // memcached refuses root without it
 	}
-	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: args}
-	t.Cleanup(s.Stop)
-	return s
-}
-
-// Stop kills the server, as a crash would (its items are lost). Restart
-// starts it again on the same port.
-func (s *Server) Stop() {
-	if s.container != nil {
-		timeout := time.Duration(0)
-		if err := s.container.Stop(context.Background(), &timeout); err != nil {
-			s.t.Errorf("stopping the memcached container: %v", err)
-		}
-		return
-	}
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.cmd = nil
-	}
-}
-
-// Pause stops the server's process without ending it (SIGSTOP): its port
-// still accepts connections but nothing answers. Resume lets it go on.
-func (s *Server) Pause() {
-	s.t.Helper()
-	if s.cmd == nil {
-		s.t.Skip("pausing needs a memcached process, not a container")
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		s.t.Fatalf("pausing memcached: %v", err)
-	}
-}
-
-// Resume undoes Pause.
-func (s *Server) Resume() {
-	if s.cmd != nil {
-		s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-}
-
-// Restart starts a stopped server on the same address and waits until it
-// accepts connections.
-func (s *Server) Restart() {
-	s.t.Helper()
-	if s.container != nil {
-		s.t.Fatal("restarting a memcached container is not supported: it may come back on another port")
-	}
-	if s.cmd != nil {
-		return
-	}
-	s.cmd = exec.Command(s.bin, s.args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting memcached: %v", err)
-	}
-	if err := redistest.WaitListening(s.addr, 10*time.Second); err != nil {
-		s.Stop()
-		s.t.Fatalf("memcached %s did not start: %v", s.addr, err)
-	}
+	return &Server{servertest.Process(t, "memcached", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin, args, nil)}
 }
 
 func startContainer(t testing.TB) *Server {
@@ -171,5 +101,5 @@ func startContainer(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("memcached container port: %v", err)
 	}
-	return &Server{t: t, addr: endpoint, container: c}
+	return &Server{servertest.Container(t, "memcached", endpoint, c)}
 }

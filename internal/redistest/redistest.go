@@ -14,10 +14,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/servertest"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -39,20 +39,9 @@ func Unavailable(t testing.TB, format string, args ...any) {
 
 // Server is one running Redis.
 type Server struct {
-	t    testing.TB
-	addr string
-	tls  bool
-
-	// A process of redis-server from PATH...
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-	// ...or a container.
-	container testcontainers.Container
+	*servertest.Server
+	tls bool
 }
-
-// Addr returns host:port.
-func (s *Server) Addr() string { return s.addr }
 
 // URL returns the server's redis:// (or rediss://) URL, of database 0.
 func (s *Server) URL() string { return s.DBURL(0) }
@@ -64,13 +53,13 @@ func (s *Server) DBURL(db int) string {
 	if s.tls {
 		scheme = "rediss://"
 	}
-	return scheme + s.addr + "/" + strconv.Itoa(db)
+	return scheme + s.Addr() + "/" + strconv.Itoa(db)
 }
 
 // Client returns a plain client to the server, closed with the test.
 func (s *Server) Client(t testing.TB) *goredis.Client {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr})
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -126,78 +115,11 @@ func newProcess(t testing.TB, bin string, extra []string, useTLS bool) *Server {
 	if useTLS {
 		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(port)}
 	}
+	logfile := filepath.Join(dir, "redis.log")
 	args := append(portArgs, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tls: useTLS, bin: bin, args: append(args, extra...)}
-	t.Cleanup(s.Stop)
-	return s
-}
-
-// Stop kills the server, as a crash would. Restart starts it again on the
-// same port.
-func (s *Server) Stop() {
-	if s.container != nil {
-		timeout := time.Duration(0)
-		if err := s.container.Stop(context.Background(), &timeout); err != nil {
-			s.t.Errorf("stopping the Redis container: %v", err)
-		}
-		return
-	}
-	if s.cmd != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-		s.cmd = nil
-	}
-}
-
-// Pause stops the server's process without ending it (SIGSTOP): its port
-// still accepts connections but nothing answers, as with a hung Redis.
-// Resume lets it go on; Stop kills it paused or not.
-func (s *Server) Pause() {
-	s.t.Helper()
-	if s.cmd == nil {
-		s.t.Skip("pausing needs a redis-server process, not a container")
-	}
-	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		s.t.Fatalf("pausing redis-server: %v", err)
-	}
-}
-
-// Resume undoes Pause.
-func (s *Server) Resume() {
-	if s.cmd != nil {
-		s.cmd.Process.Signal(syscall.SIGCONT)
-	}
-}
-
-// Restart starts a stopped server on the same address and waits until it
-// accepts connections.
-func (s *Server) Restart() {
-	s.t.Helper()
-	if s.container != nil {
-		s.t.Fatal("restarting a Redis container is not supported: it may come back on another port")
-	}
-	if s.cmd != nil {
-		return
-	}
-	s.cmd = exec.Command(s.bin, s.args...)
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting redis-server: %v", err)
-	}
-	if err := WaitListening(s.addr, 10*time.Second); err != nil {
-		s.Stop()
-		s.t.Fatalf("redis-server %s did not start: %v; log:\n%s", s.addr, err, s.log())
-	}
-}
-
-func (s *Server) log() string {
-	for i, a := range s.args {
-		if a == "--logfile" && i+1 < len(s.args) {
-			b, _ := os.ReadFile(s.args[i+1])
-			return string(b)
-		}
-	}
-	return ""
+		"--dir", dir, "--logfile", logfile)
+	log := func() string { b, _ := os.ReadFile(logfile); return string(b) }
+	return &Server{Server: servertest.Process(t, "redis-server", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin, append(args, extra...), log), tls: useTLS}
 }
 
 func startContainer(t testing.TB) *Server {
@@ -217,7 +139,7 @@ func startContainer(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("Redis container port: %v", err)
 	}
-	return &Server{t: t, addr: endpoint, container: c}
+	return &Server{Server: servertest.Container(t, "Redis", endpoint, c)}
 }
 
 // DockerHealthy reports whether a Docker engine answers, without the panic
@@ -265,18 +187,7 @@ func FreePort(t testing.TB) int {
 
 // WaitListening waits until addr accepts TCP connections, at most timeout.
 func WaitListening(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return servertest.WaitListening(addr, timeout)
 }
 
 // Cluster is a running 6-node Redis Cluster: 3 masters, 3 replicas.
@@ -288,9 +199,9 @@ type Cluster struct {
 func (c *Cluster) URL() string {
 	var extra []string
 	for _, n := range c.Nodes[1:] {
-		extra = append(extra, "addr="+n.addr)
+		extra = append(extra, "addr="+n.Addr())
 	}
-	return "redis://" + c.Nodes[0].addr + "?" + strings.Join(extra, "&")
+	return "redis://" + c.Nodes[0].Addr() + "?" + strings.Join(extra, "&")
 }
 
 // StartCluster starts a 6-node Cluster with redis-server and redis-cli from
@@ -314,7 +225,7 @@ func StartCluster(t testing.TB, args ...string) *Cluster {
 		// with by default): one that has not synced is never promoted.
 		n := startProcess(t, bin, append([]string{"--cluster-enabled", "yes", "--cluster-node-timeout", "5000", "--repl-diskless-sync-delay", "0"}, args...), false)
 		c.Nodes = append(c.Nodes, n)
-		addrs[i] = n.addr
+		addrs[i] = n.Addr()
 	}
 	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
 	if err != nil {
@@ -332,7 +243,7 @@ func StartCluster(t testing.TB, args ...string) *Cluster {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("Cluster node %s not ready after 30s: %v\n%s", n.addr, err, info)
+				t.Fatalf("Cluster node %s not ready after 30s: %v\n%s", n.Addr(), err, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -345,10 +256,10 @@ func (c *Cluster) Masters(t testing.TB) []*Server {
 	t.Helper()
 	var masters []*Server
 	for _, n := range c.Nodes {
-		if n.cmd == nil {
+		if !n.Running() {
 			continue // stopped
 		}
-		client := goredis.NewClient(&goredis.Options{Addr: n.addr, DialTimeout: time.Second, ReadTimeout: time.Second})
+		client := goredis.NewClient(&goredis.Options{Addr: n.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
 		role, err := client.Do(context.Background(), "ROLE").Slice()
 		client.Close()
 		if err == nil && len(role) > 0 && role[0] == "master" {
@@ -364,15 +275,15 @@ func (c *Cluster) Masters(t testing.TB) []*Server {
 func (c *Cluster) Reshard(t testing.TB, from, to *Server, slots int) {
 	t.Helper()
 	id := func(n *Server) string {
-		client := goredis.NewClient(&goredis.Options{Addr: n.addr})
+		client := goredis.NewClient(&goredis.Options{Addr: n.Addr()})
 		defer client.Close()
 		id, err := client.Do(context.Background(), "CLUSTER", "MYID").Text()
 		if err != nil {
-			t.Fatalf("CLUSTER MYID of %s: %v", n.addr, err)
+			t.Fatalf("CLUSTER MYID of %s: %v", n.Addr(), err)
 		}
 		return id
 	}
-	out, err := exec.Command("redis-cli", "--cluster", "reshard", from.addr, "--cluster-from", id(from), "--cluster-to", id(to),
+	out, err := exec.Command("redis-cli", "--cluster", "reshard", from.Addr(), "--cluster-from", id(from), "--cluster-to", id(to),
 		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
@@ -383,7 +294,7 @@ func (c *Cluster) Reshard(t testing.TB, from, to *Server, slots int) {
 // returns its address once it knows the master.
 func StartSentinel(t testing.TB, master *Server, name string) string {
 	t.Helper()
-	host, mport, _ := net.SplitHostPort(master.addr)
+	host, mport, _ := net.SplitHostPort(master.Addr())
 	addr := StartSentinelConf(t, fmt.Sprintf("sentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n", name, host, mport, name))
 	client := goredis.NewSentinelClient(&goredis.Options{Addr: addr})
 	defer client.Close()
@@ -414,10 +325,9 @@ func StartSentinelConf(t testing.TB, conf string) string {
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: []string{path, "--sentinel"}}
+	s := servertest.Process(t, "redis-server --sentinel", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin, []string{path, "--sentinel"}, nil)
 	s.Restart()
-	t.Cleanup(s.Stop)
-	return s.addr
+	return s.Addr()
 }
 
 // CommandCalls returns the calls Redis has counted of each command
