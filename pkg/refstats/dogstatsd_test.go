@@ -3,35 +3,19 @@ package refstats
 import (
 	"context"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/statsdtest"
 )
 
 // TestDogStatsDOverUDP: with DogStatsD, every stat of a flush arrives in
 // a datagram with the tags, its name rewritten by a mogrifier; over TCP it
 // is refused, as DogStatsD listens on UDP.
 func TestDogStatsDOverUDP(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	lines := make(chan string, 100)
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, _, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(strings.TrimSpace(string(buf[:n])), "\n") {
-				lines <- l
-			}
-		}
-	}()
+	addr, lines := statsdtest.ListenUDP(t, 100)
 	tags, err := ParseTags("team:edge")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +25,7 @@ func TestDogStatsDOverUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	s, err := NewStatsD(pc.LocalAddr().String(), "udp", log, WithTags(tags), WithDogStatsD(Mogrifiers{byDomain}))
+	s, err := NewStatsD(addr, "udp", log, WithTags(tags), WithDogStatsD(Mogrifiers{byDomain}))
 	if err != nil {
 		t.Fatal(err)
 	}

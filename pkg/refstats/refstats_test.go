@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/statsdtest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
 )
@@ -101,9 +102,11 @@ func TestObserverNames(t *testing.T) {
 func TestStatsDOverTCPAndUDP(t *testing.T) {
 	for _, network := range []string{"tcp", "udp"} {
 		t.Run(network, func(t *testing.T) {
-			lines := make(chan string, 100)
 			var addr string
+			var lines <-chan string
 			if network == "tcp" {
+				tcpLines := make(chan string, 100)
+				lines = tcpLines
 				lis, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
 					t.Fatal(err)
@@ -117,28 +120,11 @@ func TestStatsDOverTCPAndUDP(t *testing.T) {
 					}
 					sc := bufio.NewScanner(c)
 					for sc.Scan() {
-						lines <- sc.Text()
+						tcpLines <- sc.Text()
 					}
 				}()
 			} else {
-				pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer pc.Close()
-				addr = pc.LocalAddr().String()
-				go func() {
-					buf := make([]byte, 65536)
-					for {
-						n, _, err := pc.ReadFrom(buf)
-						if err != nil {
-							return
-						}
-						for _, l := range strings.Split(strings.TrimSpace(string(buf[:n])), "\n") {
-							lines <- l
-						}
-					}
-				}()
+				addr, lines = statsdtest.ListenUDP(t, 100)
 			}
 			s, err := NewStatsD(addr, network, slog.New(slog.DiscardHandler))
 			if err != nil {

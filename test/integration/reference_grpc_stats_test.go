@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/statsdtest"
 	"github.com/envoy-rls/envoy-rls/internal/testpki"
 )
 
@@ -131,25 +131,8 @@ func TestRatelimitClientSAN(t *testing.T) {
 // mogrifier into a name and tags.
 func TestRatelimitDogStatsD(t *testing.T) {
 	srv := redistest.Start(t)
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	lines := make(chan string, 1000)
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, _, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(strings.TrimSpace(string(buf[:n])), "\n") {
-				lines <- l
-			}
-		}
-	}()
-	port := strconv.Itoa(pc.LocalAddr().(*net.UDPAddr).Port)
+	addr, lines := statsdtest.ListenUDP(t, 1000)
+	_, port, _ := net.SplitHostPort(addr)
 	rl := startAsRatelimit(t, "127.0.0.1", append(referenceEnv(t, srv),
 		"USE_STATSD=false", "USE_DOG_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+port, "STATS_FLUSH_INTERVAL=100ms",
 		"EXTRA_TAGS=team:edge", "USE_DOG_STATSD_MOGRIFIERS=hits",
