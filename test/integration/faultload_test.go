@@ -90,6 +90,9 @@ type tally struct {
 // waiting for a CPU (the race detector and other test packages share it).
 const starvedLag = faultDeadline / 5
 
+// probeTick is the probe's sleep: it measures the machine's lag.
+const probeTick = 5 * time.Millisecond
+
 func (a *tally) add(b tally) {
 	a.calls, a.ok, a.over, a.failed, a.late, a.wrong = a.calls+b.calls, a.ok+b.ok, a.over+b.over, a.failed+b.failed, a.late+b.late, a.wrong+b.wrong
 	a.slowest = max(a.slowest, b.slowest)
@@ -136,7 +139,16 @@ type faultLoad struct {
 	slices []tally
 	wrongs []string
 	n      atomic.Int64
+	// lates are the late calls' spans, and lags the probe's sleeps that
+	// woke past starvedLag: a late call that ran while the machine lagged
+	// is the machine's even if its slice's probe woke in time (settle).
+	lates, lags []span
 }
+
+// span is a stretch of a load's time.
+type span struct{ from, to time.Duration }
+
+func (a span) overlaps(b span) bool { return a.from < b.to && b.from < a.to }
 
 // oneLevel and twoLevels are the descriptors of a load's calls: caller c's
 // i-th call is for one of 2000 keys of its own (under one of 500 tenants).
@@ -172,7 +184,6 @@ func startLoad(t *testing.T, replicas []*replica, pairs func(c, i int) []string)
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		const tick = 5 * time.Millisecond
 		for {
 			select {
 			case <-l.stop:
@@ -180,8 +191,14 @@ func startLoad(t *testing.T, replicas []*replica, pairs func(c, i int) []string)
 			default:
 			}
 			begin := time.Now()
-			time.Sleep(tick)
-			l.record(begin, tally{lag: time.Since(begin) - tick})
+			time.Sleep(probeTick)
+			lag := time.Since(begin) - probeTick
+			l.record(begin, tally{lag: lag})
+			if lag > starvedLag {
+				l.mu.Lock()
+				l.lags = append(l.lags, span{begin.Sub(l.start), time.Since(l.start)})
+				l.mu.Unlock()
+			}
 		}
 	}()
 	t.Cleanup(l.stopLoad)
@@ -190,9 +207,9 @@ func startLoad(t *testing.T, replicas []*replica, pairs func(c, i int) []string)
 
 // call makes one call and tallies how it ended.
 func (l *faultLoad) call(r *replica, pairs []string) {
+	begin := time.Now() // before the deadline is set: a lag between them counts
 	ctx, cancel := context.WithTimeout(context.Background(), faultDeadline)
 	defer cancel()
-	begin := time.Now()
 	resp, err := r.client.ShouldRateLimit(ctx, request(pairs))
 	took := time.Since(begin)
 	var one tally
@@ -212,6 +229,9 @@ func (l *faultLoad) call(r *replica, pairs []string) {
 	l.record(begin, one)
 	if one.late+one.wrong > 0 {
 		l.mu.Lock()
+		if one.late > 0 {
+			l.lates = append(l.lates, span{begin.Sub(l.start), begin.Sub(l.start) + took})
+		}
 		if len(l.wrongs) < 10 {
 			l.wrongs = append(l.wrongs, fmt.Sprintf("%s after %s: %v %v", strings.Join(pairs, ","), took.Round(time.Millisecond), resp.GetOverallCode(), err))
 		}
@@ -254,6 +274,7 @@ func (l *faultLoad) between(from, to time.Duration) tally {
 func (l *faultLoad) judged(from, to time.Duration) (all, clean tally, starved int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.settle()
 	for i, s := range l.slices {
 		if at := time.Duration(i) * faultSlice; at >= from && at < to {
 			all.add(s)
@@ -265,6 +286,20 @@ func (l *faultLoad) judged(from, to time.Duration) (all, clean tally, starved in
 		}
 	}
 	return all, clean, starved
+}
+
+// settle marks as starved the slice of each late call that ran while the
+// probe saw the machine lag, though the lag began in a later slice: a call
+// begun at 2.45 s and stalled by a lag from 2.5 s is the machine's too.
+// l.mu must be held.
+func (l *faultLoad) settle() {
+	for _, c := range l.lates {
+		for _, g := range l.lags {
+			if i := int(c.from / faultSlice); c.overlaps(g) && i < len(l.slices) {
+				l.slices[i].lag = max(l.slices[i].lag, g.to-g.from-probeTick)
+			}
+		}
+	}
 }
 
 // backAt returns the start of the first slice at or after from from which
@@ -294,6 +329,7 @@ func (l *faultLoad) report(t *testing.T, marks map[time.Duration]string) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.settle()
 	var b strings.Builder
 	var all, clean tally
 	for i, s := range l.slices {
