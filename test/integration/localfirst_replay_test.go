@@ -189,6 +189,13 @@ func (r *quietRemote) LeaseAll(ctx context.Context, now time.Time, leases []redi
 	return r.Store.LeaseAll(ctx, now, leases)
 }
 
+func (r *quietRemote) LeaseBatched(ctx context.Context, now time.Time, leases []redis.Lease) (int64, time.Time, error) {
+	r.calls.Add(1)
+	r.out.Add(1)
+	defer r.out.Add(-1)
+	return r.Store.LeaseBatched(ctx, now, leases)
+}
+
 // settleQuiet is how long no call must start for the store to be idle,
 // after the goroutines that would start one had the processor: a call in
 // the background starts in a goroutine the request made.

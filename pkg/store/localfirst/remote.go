@@ -127,8 +127,7 @@ func (s *Store) askUnits(ctx context.Context, now time.Time, r *request, results
 	s.asking.Add(1)
 	go func() {
 		defer s.asking.Done()
-		rnow, sent, err := s.asks.lease(now, leases)
-		s.noteClock(rnow, now, sent)
+		err := s.leaseFor(now, leases)
 		if err != nil {
 			s.failures.Add(1)
 		}

@@ -140,9 +140,8 @@ type Store struct {
 	// paying tracks the calls out that send debts, which Close waits for.
 	paying sync.WaitGroup
 	// asking tracks the calls out for units, which Close waits for: their
-	// units would not be given back. asks batches them.
+	// units would not be given back.
 	asking sync.WaitGroup
-	asks   asks
 
 	stop chan struct{}
 	done chan struct{}
@@ -204,7 +203,6 @@ func New(remote Remote, opts Options) (*Store, error) {
 	}
 	s := &Store{remote: remote, interval: opts.Interval, timeout: opts.SyncTimeout, maxBytes: opts.MaxBytes,
 		log: opts.Logger, seed: maphash.MakeSeed(), stop: make(chan struct{}), done: make(chan struct{})}
-	s.asks = asks{remote: remote, timeout: opts.SyncTimeout}
 	s.keepFor = max(idleHold, intervals(keepTime, opts.Interval))
 	s.sightEvery = max(1, intervals(keepTime/2, opts.Interval))
 	s.sweepEvery = max(1, intervals(sweepTime, opts.Interval))

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +62,11 @@ type queued struct {
 	buckets []limit.Bucket
 	results []limit.Result // the batcher's own: written into dst if the caller still waits
 	dst     []limit.Result
+	// leases, instead of buckets, are a lease call's part at this place
+	// (submitLeases), the batcher's own, written into leaseDst as results
+	// are; sent is when their call was sent.
+	leases, leaseDst []Lease
+	sent             time.Time
 
 	mu        sync.Mutex
 	abandoned bool // the caller's call ended: dst is no longer ours
@@ -81,8 +87,30 @@ func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
 // request abandoned at the end of ctx may still be decided, and charge:
 // the lost reply of the package documentation.
 func (b *batcher) submit(ctx context.Context, slot place, weight int, at when, keys []string, buckets []limit.Bucket, results []limit.Result) error {
-	q := &queued{ctx: ctx, since: time.Now(), at: at, weight: int32(weight), keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
+	return b.await(slot, &queued{ctx: ctx, since: time.Now(), at: at, weight: int32(weight), keys: keys, buckets: buckets, results: make([]limit.Result, len(buckets)), dst: results,
+		answer: make(chan error, 1)})
+}
+
+// submitLeases queues leases, all at slot, for the next call of their
+// slot, which runs them beside the requests it decides, and waits for
+// their answer or the end of ctx; it returns when the call was sent. Each
+// lease is set as LeaseAll sets it, unless ctx ended first (then Redis
+// may still grant what it asked: the lost reply again).
+func (b *batcher) submitLeases(ctx context.Context, slot place, weight int, at when, keys []string, leases []Lease) (time.Time, error) {
+	q := &queued{ctx: ctx, since: time.Now(), at: at, weight: int32(weight), keys: keys, leases: slices.Clone(leases), leaseDst: leases,
 		answer: make(chan error, 1)}
+	err := b.await(slot, q)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.abandoned {
+		return time.Time{}, err // the call may be setting sent still
+	}
+	return q.sent, err
+}
+
+// await queues q at slot and waits for its answer or the end of its ctx.
+func (b *batcher) await(slot place, q *queued) error {
+	ctx := q.ctx
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -121,6 +149,9 @@ func (b *batcher) submit(ctx context.Context, slot place, weight int, at when, k
 // answer gives a request its results, unless its caller has gone.
 func (q *queued) reply(err error) {
 	q.mu.Lock()
+	if !q.abandoned && q.leases != nil {
+		copy(q.leaseDst, q.leases)
+	}
 	if !q.abandoned && err == nil {
 		copy(q.dst, q.results)
 	}
@@ -274,19 +305,82 @@ func (b *batcher) call(group []*queued, p place) {
 		defer cancel()
 	}
 	var keys []string
-	reqs := make([]scriptRequest, len(live))
-	for i, q := range live {
+	var reqs []scriptRequest
+	var deciding, leasing []*queued
+	for _, q := range live {
+		if q.leases != nil {
+			leasing = append(leasing, q)
+			continue
+		}
+		deciding = append(deciding, q)
 		keys = append(keys, q.keys...)
-		reqs[i] = scriptRequest{at: q.at.at, ref: q.at.ref, buckets: q.buckets, results: q.results}
+		reqs = append(reqs, scriptRequest{at: q.at.at, ref: q.at.ref, buckets: q.buckets, results: q.results})
 	}
 	// Straight to the connection pool: a call already gathers what a
 	// pipeline would, and several calls are out at once.
 	cs := b.s.clientsAt(p)
 	direct := &clients{conn: cs.conn, breakers: cs.breakers}
-	_, err := runRequests(ctx, direct, -1, keys, reqs)
-	for _, q := range live {
-		q.reply(err)
+	if len(leasing) == 0 {
+		_, err := runRequests(ctx, direct, -1, keys, reqs)
+		for _, q := range deciding {
+			q.reply(err)
+		}
+		return
 	}
+	var calls []*intCall
+	decide := &intCall{script: &decideScript, keys: keys}
+	if len(deciding) > 0 {
+		decide.args = decideArgs(-1, keys, reqs)
+		calls = append(calls, decide)
+	}
+	lease, all := leaseCall(leasing)
+	calls = append(calls, lease)
+	sent := time.Now()
+	runTogether(ctx, direct, calls)
+	if decide.err == nil && len(deciding) > 0 {
+		_, decide.err = decideReply(decide.vals, reqs, len(keys))
+	}
+	for _, q := range deciding {
+		q.reply(decide.err)
+	}
+	if lease.err == nil {
+		_, lease.err = readLeases(lease.vals, all, indexes(len(all)))
+	}
+	for _, q := range leasing {
+		n := copy(q.leases, all)
+		all = all[n:]
+		q.sent = sent
+		if lease.err != nil {
+			for i := range q.leases {
+				q.leases[i].Granted, q.leases[i].Err = 0, lease.err
+			}
+		}
+		q.reply(lease.err)
+	}
+}
+
+// leaseCall returns the lease call of the lease parts leasing, and their
+// leases in one slice, in turn. It is decided at the latest of their
+// instants (Redis's clock, if the store reads it: it never runs back).
+func leaseCall(leasing []*queued) (*intCall, []Lease) {
+	at := leasing[0].at
+	var keys []string
+	var all []Lease
+	for _, q := range leasing {
+		at.at, at.ref = max(at.at, q.at.at), max(at.ref, q.at.ref)
+		keys = append(keys, q.keys...)
+		all = append(all, q.leases...)
+	}
+	return &intCall{script: &leaseScript, keys: keys, args: leaseArgs(at.at, at.ref, all, indexes(len(all)))}, all
+}
+
+// indexes returns 0, 1, ..., n-1.
+func indexes(n int) []int {
+	index := make([]int, n)
+	for i := range index {
+		index[i] = i
+	}
+	return index
 }
 
 // close fails the requests waiting and stops the loop.

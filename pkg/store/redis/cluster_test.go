@@ -260,3 +260,44 @@ func sameSlot(keys []string) bool {
 	}
 	return true
 }
+
+// TestClusterLeasesBatched: a lease call whose buckets span a Cluster's
+// slots goes in a part per slot, through the batcher; every bucket is
+// granted on its own node, as a second call (asking nothing) reads back.
+func TestClusterLeasesBatched(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	s, err := New(Options{Connect: &ClientOptions{URL: cl.URL(), Cluster: true}, Batch: DefaultBatch, BatchWait: time.Millisecond, Prefix: "clb:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := limit.Limit{Size: 100, DripRate: time.Hour, DripSize: 1}
+	leases := make([]Lease, 40)
+	slots := map[uint16]bool{}
+	for i := range leases {
+		leases[i] = Lease{Key: fmt.Sprintf("api|user=u%d", i), Limit: l, Ask: int64(1 + i)}
+		slots[slot(redisKey(s.keyPrefix, leases[i].Key))] = true
+	}
+	if len(slots) < 10 {
+		t.Fatalf("the keys span %d slots, want many", len(slots))
+	}
+	if _, _, err := s.LeaseBatched(ctx, time.Now(), leases); err != nil {
+		t.Fatal(err)
+	}
+	again := make([]Lease, len(leases))
+	for i, ls := range leases {
+		if ls.Err != nil || ls.Granted != ls.Ask || ls.State.Counter != ls.Ask || ls.Now == 0 {
+			t.Fatalf("lease %d: %+v, want %d granted", i, ls, ls.Ask)
+		}
+		again[i] = Lease{Key: ls.Key, Limit: l}
+	}
+	if _, _, err := s.LeaseBatched(ctx, time.Now(), again); err != nil {
+		t.Fatal(err)
+	}
+	for i, ls := range again {
+		if ls.Granted != 0 || ls.State.Counter != leases[i].Granted {
+			t.Errorf("read back %d: %+v, want counter %d", i, ls, leases[i].Granted)
+		}
+	}
+}

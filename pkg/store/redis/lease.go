@@ -83,21 +83,10 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 	}
 	inTurn(runs, func(c *call) {
 		vals, err := runScript(ctx, c.cs, &leaseScript, c.keys, leaseArgs(w.at, w.ref, leases, c.index))
-		if err == nil && len(vals) != leaseFields*len(c.keys)+1 {
-			err = fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(c.keys))
+		if err == nil {
+			c.now, err = readLeases(vals, leases, c.index)
 		}
-		if err != nil {
-			c.err = err
-			return
-		}
-		for j, i := range c.index {
-			v := vals[leaseFields*j:]
-			leases[i].Granted = v[0]
-			leases[i].State = limit.State{Counter: v[1], Timestamp: v[2]}
-			leases[i].Wait = micros(v[3])
-			leases[i].Now = vals[len(vals)-1]
-		}
-		c.now = vals[len(vals)-1]
+		c.err = err
 	})
 	var latest int64
 	var first error
@@ -116,6 +105,23 @@ func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (in
 		}
 	}
 	return latest, first
+}
+
+// readLeases reads lease.lua's reply vals to the leases index names into
+// them, and returns the time Redis decided at.
+func readLeases(vals []int64, leases []Lease, index []int) (int64, error) {
+	if len(vals) != leaseFields*len(index)+1 {
+		return 0, fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(index))
+	}
+	now := vals[len(vals)-1]
+	for j, i := range index {
+		v := vals[leaseFields*j:]
+		leases[i].Granted = v[0]
+		leases[i].State = limit.State{Counter: v[1], Timestamp: v[2]}
+		leases[i].Wait = micros(v[3])
+		leases[i].Now = now
+	}
+	return now, nil
 }
 
 // leaseArgs returns the arguments of lease.lua for the leases index
@@ -161,4 +167,81 @@ func leaseArgs(at, ref int64, leases []Lease, index []int) []string {
 		a.int(l.Ask)
 	}
 	return a.strings()
+}
+
+// LeaseBatched is LeaseAll for a few buckets, such as one request's: each
+// place's part goes in the next call the store's batcher makes to that
+// place, beside the requests it decides and other such parts, in one round
+// trip (runTogether). It also returns when the (last) call was sent. The
+// time Redis decided at is 0 where the store decides at the caller's
+// clock: a call is decided at the latest of its parts' instants, perhaps
+// another caller's (each lease's Now is the call's). Without a batcher, it
+// is LeaseAll.
+func (s *Store) LeaseBatched(ctx context.Context, now time.Time, leases []Lease) (int64, time.Time, error) {
+	if s.batch == nil {
+		sent := time.Now()
+		rnow, err := s.LeaseAll(ctx, now, leases)
+		if s.callerClock {
+			rnow = 0
+		}
+		return rnow, sent, err
+	}
+	if _, ok := s.exec.(scriptExec); !ok {
+		return 0, time.Time{}, errors.New("redis store: leases need the script mode")
+	}
+	w := s.when(now)
+	type part struct {
+		at     place
+		index  []int
+		keys   []string
+		leases []Lease
+		weight int
+		sent   time.Time
+		err    error
+	}
+	keys := make([]string, len(leases))
+	for i := range leases {
+		keys[i] = redisKey(s.keyPrefix, leases[i].Key)
+	}
+	where := s.places(keys, func(i int) bool { return leases[i].SecondUnit })
+	runs, places := cut(where, func(i int) int { return callWeight(leases[i].Limit) }, func(p *part, i int) {
+		p.index = append(p.index, i)
+		p.keys = append(p.keys, keys[i])
+		p.leases = append(p.leases, leases[i])
+		p.weight += callWeight(leases[i].Limit)
+	})
+	for r, run := range runs {
+		for _, p := range run {
+			p.at = places[r]
+		}
+	}
+	inTurn(runs, func(p *part) {
+		p.sent, p.err = s.batch.submitLeases(ctx, p.at, p.weight, w, p.keys, p.leases)
+	})
+	var latest int64
+	var sent time.Time
+	var first error
+	for _, run := range runs {
+		for _, p := range run {
+			for j, i := range p.index {
+				leases[i] = p.leases[j]
+				if p.err != nil && leases[i].Err == nil {
+					leases[i].Granted, leases[i].Err = 0, p.err
+				}
+				if leases[i].Err == nil {
+					latest = max(latest, leases[i].Now)
+				}
+			}
+			if p.err != nil && first == nil {
+				first = p.err
+			}
+			if p.sent.After(sent) {
+				sent = p.sent
+			}
+		}
+	}
+	if w.at >= 0 {
+		latest = 0
+	}
+	return latest, sent, first
 }

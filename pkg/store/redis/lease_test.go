@@ -17,15 +17,31 @@ import (
 // TestLeaseScriptMatchesLease runs random buckets of every algorithm,
 // states, units given back and asked for through the lease script on a
 // real Redis and through limit.Lease, and wants the same grants and stored
-// states that decide alike.
+// states that decide alike: by LeaseAll, and by LeaseBatched through the
+// store's batcher.
 func TestLeaseScriptMatchesLease(t *testing.T) {
 	srv := redistest.Start(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	for _, batched := range []bool{false, true} {
+		name := "LeaseAll"
+		if batched {
+			name = "LeaseBatched"
+		}
+		t.Run(name, func(t *testing.T) { leaseMatchesLease(t, srv.Addr(), batched) })
+	}
+}
+
+func leaseMatchesLease(t *testing.T, addr string, batched bool) {
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	defer c.Close()
-	s, err := New(Options{Client: c, CallerClock: true, Prefix: "lparity:"})
+	o := Options{Client: c, CallerClock: true, Prefix: "lparity:"}
+	if batched {
+		o.Batch, o.Prefix = DefaultBatch, "lbatched:"
+	}
+	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 8))
 	for round := range 300 {
@@ -60,7 +76,12 @@ func TestLeaseScriptMatchesLease(t *testing.T) {
 				states[i] = decodeAs(l, stored)
 			}
 		}
-		if _, err := s.LeaseAll(ctx, now, leases); err != nil {
+		if batched {
+			_, _, err = s.LeaseBatched(ctx, now, leases)
+		} else {
+			_, err = s.LeaseAll(ctx, now, leases)
+		}
+		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		for i, ls := range leases {
@@ -117,5 +138,69 @@ func TestLeaseNeedsScriptMode(t *testing.T) {
 	}
 	if _, err := s.LeaseAll(context.Background(), time.Now(), []Lease{{Key: "a", Ask: 1}}); err == nil {
 		t.Fatal("a lease in transactions mode: no error")
+	}
+}
+
+// TestLeasesGoWithRequests: within a batch wait, a request and two
+// callers' leases for its slot go in one round trip, one decide call and
+// one lease call, in the order they came: the lease on the request's
+// bucket sees its charge.
+func TestLeasesGoWithRequests(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	s, err := New(Options{Client: c, Batch: 8, BatchWait: 300 * time.Millisecond, Prefix: "lwith:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := limit.Limit{Size: 10, DripRate: time.Hour, DripSize: 1}
+	// Redis has both scripts loaded first.
+	if err := s.Apply(ctx, time.Now(), []limit.Bucket{{Key: "api|user=z", Limit: l, Hits: 1}}, make([]limit.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.LeaseBatched(ctx, time.Now(), []Lease{{Key: "api|user=z", Limit: l, Ask: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for slotBusy(s.batch) {
+		time.Sleep(time.Millisecond)
+	}
+	before := scriptCalls(t, c)
+	results := make([]limit.Result, 1)
+	leases := [][]Lease{{{Key: "api|user=a", Limit: l, Ask: 3}}, {{Key: "api|user=b", Limit: l, Ask: 5}}}
+	errs := make(chan error, 3)
+	go func() {
+		errs <- s.Apply(ctx, time.Now(), []limit.Bucket{{Key: "api|user=a", Limit: l, Hits: 4}}, results)
+	}()
+	sent := make([]time.Time, 2)
+	for i := range leases {
+		time.Sleep(10 * time.Millisecond)
+		go func() {
+			var err error
+			_, sent[i], err = s.LeaseBatched(ctx, time.Now(), leases[i])
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := scriptCalls(t, c) - before; calls != 2 {
+		t.Errorf("%d script calls for a request and two leases in one batch wait, want 2", calls)
+	}
+	if !sent[0].Equal(sent[1]) || sent[0].IsZero() {
+		t.Errorf("the leases' calls were sent at %v and %v, want one call", sent[0], sent[1])
+	}
+	if !results[0].Admitted || results[0].Remaining != 6 {
+		t.Errorf("request: %+v, want admitted with 6 left", results[0])
+	}
+	a, b := leases[0][0], leases[1][0]
+	if a.Err != nil || a.Granted != 3 || a.State.Counter != 7 {
+		t.Errorf("lease after the request on its bucket: granted %d, counter %d (%v), want 3 granted on the 4 charged", a.Granted, a.State.Counter, a.Err)
+	}
+	if b.Err != nil || b.Granted != 5 || b.State.Counter != 5 || b.Now == 0 {
+		t.Errorf("lease of a bucket of its own: %+v, want 5 granted", b)
 	}
 }
