@@ -314,26 +314,27 @@ func TestVersionStamped(t *testing.T) {
 
 // TestBatchWaitDefault: -redis-batch-wait is 0 in exact mode and
 // localFirstBatchWait in the local-first mode (but on a Cluster), unless given, by flag or
-// variable; it must not be negative.
+// variable; it must not be negative. The batch pace is localFirstPaces
+// waits in the local-first mode, none in exact mode.
 func TestBatchWaitDefault(t *testing.T) {
 	for _, c := range []struct {
-		args []string
-		env  map[string]string
-		want time.Duration
+		args       []string
+		env        map[string]string
+		want, pace time.Duration
 	}{
-		{[]string{"-store", "redis"}, nil, 0},
-		{[]string{"-store", "redis", "-sync-interval", "1s"}, nil, localFirstBatchWait},
-		{[]string{"-store", "redis", "-sync-interval", "1s", "-redis-batch-wait", "0"}, nil, 0},
-		{[]string{"-store", "redis", "-sync-interval", "1s"}, map[string]string{"RLS_REDIS_BATCH_WAIT": "5ms"}, 5 * time.Millisecond},
-		{[]string{"-store", "redis", "-redis-batch-wait", "2ms"}, nil, 2 * time.Millisecond},
-		{[]string{"-store", "redis", "-redis-cluster", "-sync-interval", "1s"}, nil, 0},
+		{[]string{"-store", "redis"}, nil, 0, 0},
+		{[]string{"-store", "redis", "-sync-interval", "1s"}, nil, localFirstBatchWait, 4 * time.Millisecond},
+		{[]string{"-store", "redis", "-sync-interval", "1s", "-redis-batch-wait", "0"}, nil, 0, 0},
+		{[]string{"-store", "redis", "-sync-interval", "1s"}, map[string]string{"RLS_REDIS_BATCH_WAIT": "5ms"}, 5 * time.Millisecond, 20 * time.Millisecond},
+		{[]string{"-store", "redis", "-redis-batch-wait", "2ms"}, nil, 2 * time.Millisecond, 0},
+		{[]string{"-store", "redis", "-redis-cluster", "-sync-interval", "1s"}, nil, 0, 0},
 	} {
 		s, err := parseFlags(c.args, lookupIn(c.env), io.Discard, false)
 		if err != nil {
 			t.Fatalf("%v %v: %v", c.args, c.env, err)
 		}
-		if s.redisBatchWait != c.want {
-			t.Errorf("%v %v: batch wait %v, want %v", c.args, c.env, s.redisBatchWait, c.want)
+		if s.redisBatchWait != c.want || s.batchPace() != c.pace {
+			t.Errorf("%v %v: batch wait %v and pace %v, want %v and %v", c.args, c.env, s.redisBatchWait, s.batchPace(), c.want, c.pace)
 		}
 	}
 	if _, err := parseFlags([]string{"-redis-batch-wait", "-1ms"}, lookupIn(nil), io.Discard, false); err == nil || !strings.Contains(err.Error(), "-redis-batch-wait") {

@@ -59,7 +59,7 @@ func openStore(s *settings, m *metrics.Metrics, log *slog.Logger) (store, *redis
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: first.Pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait,
+	st, err := redis.New(redis.Options{Mode: s.redisMode.value, Logger: log, Prefix: s.redisKeyPrefix, Pipeline: first.Pipeline, Batch: s.redisBatch, BatchWait: s.redisBatchWait, BatchPace: s.batchPace(),
 		PerSecond: perSecond, Breaker: redis.Breaker{Trip: s.breakerTrip, Cool: s.breakerCool}, Connect: first.Connect})
 	if err != nil {
 		return nil, nil, err

@@ -81,11 +81,12 @@ func asServed(o *rls.Options) {
 
 // servedRedis is the Redis store's options as openStore sets them at the
 // default flags, for the local-first mode if localFirst (-sync-interval:
-// requests then wait a millisecond for others, except on a Cluster).
+// requests then wait a millisecond for others, and a slot's calls go 4ms
+// apart while requests keep coming, except on a Cluster).
 func servedRedis(connect redis.ClientOptions, localFirst bool) redis.Options {
 	o := redis.Options{Connect: &connect, Pipeline: redis.DefaultPipeline, Batch: redis.DefaultBatch, Breaker: onBreaker}
 	if localFirst && !connect.Cluster {
-		o.BatchWait = time.Millisecond
+		o.BatchWait, o.BatchPace = time.Millisecond, 4*time.Millisecond
 	}
 	return o
 }

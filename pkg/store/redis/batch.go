@@ -29,6 +29,11 @@ type batcher struct {
 	// timer wakes the loop when the first has waited that long.
 	wait  time.Duration
 	timer *time.Timer
+	// pace keeps a slot's calls at least this far apart while others than
+	// a lone caller send (Options.BatchPace); sent is when each slot's
+	// last call went.
+	pace time.Duration
+	sent map[place]time.Time
 
 	mu     sync.Mutex
 	queues map[place][]*queued // by place: server and slot
@@ -73,8 +78,8 @@ type queued struct {
 	answer    chan error
 }
 
-func newBatcher(s *Store, limit int, wait time.Duration) *batcher {
-	b := &batcher{s: s, limit: limit, wait: wait, queues: map[place][]*queued{}, busy: map[place]bool{},
+func newBatcher(s *Store, limit int, wait, pace time.Duration) *batcher {
+	b := &batcher{s: s, limit: limit, wait: wait, pace: pace, sent: map[place]time.Time{}, queues: map[place][]*queued{}, busy: map[place]bool{},
 		gap:  wait,
 		wake: make(chan struct{}, 1), inflight: make(chan struct{}, maxBatchCalls),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -227,6 +232,16 @@ func (b *batcher) take() ([]*queued, place, time.Duration) {
 				continue
 			}
 		}
+		if b.pace > 0 && n == len(q) && n < b.limit && b.lonely < lonelyWaits {
+			// Paced: while others than a lone caller send, the slot's
+			// last call must be pace old.
+			if w := b.pace - time.Since(b.sent[slot]); w > 0 {
+				if wait == 0 || w < wait {
+					wait = w
+				}
+				continue
+			}
+		}
 		if q[0].mayWait {
 			if n == 1 {
 				b.lonely++
@@ -243,6 +258,9 @@ func (b *batcher) take() ([]*queued, place, time.Duration) {
 			b.slots = append(append(b.slots[:i:i], b.slots[i+1:]...), slot) // the rest waits behind the other slots
 		}
 		b.busy[slot] = true
+		if b.pace > 0 {
+			b.sent[slot] = time.Now()
+		}
 		return group, slot, 0
 	}
 	return nil, 0, wait

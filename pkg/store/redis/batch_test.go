@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +180,78 @@ func slotBusy(b *batcher) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.busy) > 0
+}
+
+// TestBatchPaceSpacesCalls: with a pace, a slot's calls go at least that
+// far apart while several callers send, each call gathering what came
+// meanwhile, every request still decided on its own; a lone caller,
+// each request waiting on its answer, is paced only until its waits show
+// it alone.
+func TestBatchPaceSpacesCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	const pace = 100 * time.Millisecond
+	s, err := New(Options{Client: c, Batch: 32, BatchWait: 5 * time.Millisecond, BatchPace: pace, Prefix: "pace:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := limit.Limit{Size: 1000, DripRate: time.Hour, DripSize: 1}
+	if err := s.Apply(ctx, time.Now(), []limit.Bucket{{Key: "api|user=warm", Limit: l, Hits: 1}}, make([]limit.Result, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	before, begin := scriptCalls(t, c), time.Now()
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for caller := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(begin) < time.Second {
+				r := make([]limit.Result, 1)
+				if err := s.Apply(ctx, time.Now(), []limit.Bucket{{Key: fmt.Sprintf("api|user=c%d", caller), Limit: l, Hits: 1}}, r); err != nil {
+					t.Error(err)
+					return
+				}
+				if r[0].Admitted {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(begin)
+	calls := scriptCalls(t, c) - before
+	if most := int64(took/pace) + 2; calls > most {
+		t.Errorf("8 callers for %v: %d script calls, want at most %d, %v apart", took.Round(time.Millisecond), calls, most, pace)
+	}
+	if admitted.Load() < 8 {
+		t.Errorf("%d requests admitted, want each caller's", admitted.Load())
+	}
+	left, err := c.Exists(ctx, redisKey(s.keyPrefix, "api|user=c0")).Result()
+	if err != nil || left != 1 {
+		t.Errorf("a caller's bucket is not stored (%d, %v)", left, err)
+	}
+
+	// A lone caller: 30 requests in turn would take 3 s if each were paced.
+	time.Sleep(pace)
+	begin = time.Now()
+	for i := range 30 {
+		if err := s.Apply(ctx, time.Now(), []limit.Bucket{{Key: fmt.Sprintf("api|user=lone%d", i), Limit: l, Hits: 1}}, make([]limit.Result, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(begin); took > 15*pace {
+		t.Errorf("a lone caller's 30 requests took %v, want them paced only until it is seen alone", took)
+	}
+}
+
+// TestBatchPaceNeedsWait: a pace without a batch wait is refused.
+func TestBatchPaceNeedsWait(t *testing.T) {
+	if _, err := New(Options{Client: goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}), Batch: 8, BatchPace: time.Millisecond}); err == nil || !strings.Contains(err.Error(), "batch wait") {
+		t.Errorf("a pace without a wait: %v, want an error naming the batch wait", err)
+	}
 }

@@ -103,6 +103,15 @@ type Options struct {
 	// wait is cut short where it only delays: few callers, each waiting
 	// on its answer (batch.go).
 	BatchWait time.Duration
+	// BatchPace, if not 0, keeps a slot's calls at least this far apart
+	// while requests keep coming (not for a lone caller, each request
+	// waiting on its answer): each call then gathers what came meanwhile.
+	// On a busy machine a Redis round trip costs Redis and the service far
+	// more than a few buckets' work, and a slot's next call otherwise goes
+	// as soon as the last is back. The local-first mode's, whose requests
+	// that reach Redis are a few at a time, at the cost of that wait for
+	// them. It needs BatchWait, whose waits tell a lone caller apart.
+	BatchPace time.Duration
 	// Breaker, if Trip is not 0, answers the calls of a Redis node (of
 	// the whole Redis, but for a Cluster) by the failure mode at once
 	// after Trip script calls in a row timed out on it, for Cool; then
@@ -210,6 +219,9 @@ func New(opts Options) (*Store, error) {
 	if opts.BatchWait < 0 {
 		return nil, fmt.Errorf("redis store: batch wait %v must not be negative", opts.BatchWait)
 	}
+	if opts.BatchPace < 0 || (opts.BatchPace > 0 && opts.BatchWait == 0) {
+		return nil, fmt.Errorf("redis store: batch pace %v must not be negative, and needs a batch wait (got %v)", opts.BatchPace, opts.BatchWait)
+	}
 	if opts.Breaker.Trip < 0 || opts.Breaker.Cool < 0 {
 		return nil, fmt.Errorf("redis store: breaker trip %d and cool %v must not be negative", opts.Breaker.Trip, opts.Breaker.Cool)
 	}
@@ -230,7 +242,7 @@ func New(opts Options) (*Store, error) {
 		s.servers = append(s.servers, second)
 	}
 	if opts.Mode == ScriptMode && opts.Batch > 1 {
-		s.batch = newBatcher(s, opts.Batch, opts.BatchWait)
+		s.batch = newBatcher(s, opts.Batch, opts.BatchWait, opts.BatchPace)
 	}
 	return s, nil
 }
