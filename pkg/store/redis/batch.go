@@ -75,6 +75,7 @@ type queued struct {
 
 	mu        sync.Mutex
 	abandoned bool // the caller's call ended: dst is no longer ours
+	replied   bool // its answer is written, and on its way
 	answer    chan error
 }
 
@@ -115,7 +116,6 @@ func (b *batcher) submitLeases(ctx context.Context, slot place, weight int, at w
 
 // await queues q at slot and waits for its answer or the end of its ctx.
 func (b *batcher) await(slot place, q *queued) error {
-	ctx := q.ctx
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -140,14 +140,24 @@ func (b *batcher) await(slot place, q *queued) error {
 	}
 	b.mu.Unlock()
 	b.signal()
+	return q.wait()
+}
+
+// wait waits for q's answer or the end of its ctx.
+func (q *queued) wait() error {
 	select {
 	case err := <-q.answer:
 		return err
-	case <-ctx.Done():
+	case <-q.ctx.Done():
 		q.mu.Lock()
+		if q.replied {
+			// Answered as ctx ended: what Redis granted is the caller's.
+			q.mu.Unlock()
+			return <-q.answer
+		}
 		q.abandoned = true
 		q.mu.Unlock()
-		return ctx.Err()
+		return q.ctx.Err()
 	}
 }
 
@@ -160,6 +170,7 @@ func (q *queued) reply(err error) {
 	if !q.abandoned && err == nil {
 		copy(q.dst, q.results)
 	}
+	q.replied = true
 	q.mu.Unlock()
 	q.answer <- err
 }

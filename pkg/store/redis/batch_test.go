@@ -255,3 +255,19 @@ func TestBatchPaceNeedsWait(t *testing.T) {
 		t.Errorf("a pace without a wait: %v, want an error naming the batch wait", err)
 	}
 }
+
+// TestAnsweredAsCallEnds: a lease part answered just as its caller's
+// context ends is the caller's: Redis charged what it granted, and the
+// caller must hold it, not take the call for failed.
+func TestAnsweredAsCallEnds(t *testing.T) {
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		dst := []Lease{{Key: "a", Ask: 3}}
+		q := &queued{ctx: ctx, leases: []Lease{{Key: "a", Ask: 3, Granted: 3}}, leaseDst: dst, answer: make(chan error, 1)}
+		q.reply(nil)
+		cancel() // both ready: the select may see either first
+		if err := q.wait(); err != nil || dst[0].Granted != 3 {
+			t.Fatalf("try %d: %v, granted %d: the answer lost to the context's end", i, err, dst[0].Granted)
+		}
+	}
+}

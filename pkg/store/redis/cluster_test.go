@@ -300,4 +300,25 @@ func TestClusterLeasesBatched(t *testing.T) {
 			t.Errorf("read back %d: %+v, want counter %d", i, ls, leases[i].Granted)
 		}
 	}
+
+	// A request and a lease of one slot (a hash tag) within the wait: one
+	// pipeline on the Cluster client, each answered.
+	errs := make(chan error, 2)
+	results := make([]limit.Result, 1)
+	tagged := []Lease{{Key: "api|user={t}b", Limit: l, Ask: 7}}
+	go func() {
+		errs <- s.Apply(ctx, time.Now(), []limit.Bucket{{Key: "api|user={t}a", Limit: l, Hits: 2}}, results)
+	}()
+	go func() {
+		_, _, err := s.LeaseBatched(ctx, time.Now(), tagged)
+		errs <- err
+	}()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !results[0].Admitted || results[0].Remaining != 98 || tagged[0].Granted != 7 || tagged[0].Err != nil {
+		t.Errorf("request %+v and lease %+v of one slot, want 98 left and 7 granted", results[0], tagged[0])
+	}
 }

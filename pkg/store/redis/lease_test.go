@@ -142,9 +142,9 @@ func TestLeaseNeedsScriptMode(t *testing.T) {
 }
 
 // TestLeasesGoWithRequests: within a batch wait, a request and two
-// callers' leases for its slot go in one round trip, one decide call and
-// one lease call, in the order they came: the lease on the request's
-// bucket sees its charge.
+// callers' leases for its slot go together, one decide call and one lease
+// call, the decide call first: the lease on the request's bucket sees its
+// charge.
 func TestLeasesGoWithRequests(t *testing.T) {
 	srv := redistest.Start(t)
 	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
