@@ -162,6 +162,7 @@ func twoLevels(c, i int) []string {
 // descriptor entries pairs returns; stopLoad ends them.
 func startLoad(t *testing.T, replicas []*replica, pairs func(c, i int) []string) *faultLoad {
 	t.Helper()
+	warm(t, replicas, pairs)
 	l := &faultLoad{start: time.Now(), stop: make(chan struct{})}
 	for c := range faultCallers {
 		l.wg.Add(1)
@@ -203,6 +204,24 @@ func startLoad(t *testing.T, replicas []*replica, pairs func(c, i int) []string)
 	}()
 	t.Cleanup(l.stopLoad)
 	return l
+}
+
+// warm makes 32 calls on each replica, for keys of a caller of its own
+// (faultCallers, past the load's), before the load: a replica's first
+// calls connect, learn a Cluster's slots and load the script, which is not
+// what a fault test judges (a running service has done all that).
+func warm(t *testing.T, replicas []*replica, pairs func(c, i int) []string) {
+	t.Helper()
+	for _, r := range replicas {
+		for i := range 32 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := r.client.ShouldRateLimit(ctx, request(pairs(faultCallers, i)))
+			cancel()
+			if err != nil {
+				t.Fatalf("warming a replica before the load: %v", err)
+			}
+		}
+	}
 }
 
 // call makes one call and tallies how it ended.
