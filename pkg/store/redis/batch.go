@@ -349,42 +349,35 @@ func (b *batcher) call(group []*queued, p place) {
 	// pipeline would, and several calls are out at once.
 	cs := b.s.clientsAt(p)
 	direct := &clients{conn: cs.conn, breakers: cs.breakers}
-	if len(leasing) == 0 {
-		_, err := runRequests(ctx, direct, -1, keys, reqs)
-		for _, q := range deciding {
-			q.reply(err)
-		}
-		return
-	}
+	// The decide call and a lease call of every lease part, in one round
+	// trip: the decide call first.
 	var calls []*intCall
 	decide := &intCall{script: &decideScript, keys: keys}
 	if len(deciding) > 0 {
 		decide.args = decideArgs(-1, keys, reqs)
 		calls = append(calls, decide)
 	}
-	lease, all := leaseCall(leasing)
-	calls = append(calls, lease)
+	var lease *intCall
+	var all []Lease
+	if len(leasing) > 0 {
+		lease, all = leaseCall(leasing)
+		calls = append(calls, lease)
+	}
 	sent := time.Now()
 	runTogether(ctx, direct, calls)
-	if decide.err == nil && len(deciding) > 0 {
+	if len(deciding) > 0 && decide.err == nil {
 		_, decide.err = decideReply(decide.vals, reqs, len(keys))
 	}
 	for _, q := range deciding {
 		q.reply(decide.err)
 	}
-	if lease.err == nil {
-		_, lease.err = readLeases(lease.vals, all, indexes(len(all)))
+	if len(leasing) > 0 && lease.err == nil {
+		lease.err = readLeases(lease.vals, all, indexes(len(all)))
 	}
 	for _, q := range leasing {
-		n := copy(q.leases, all)
-		all = all[n:]
+		all = all[copy(q.leases, all):]
 		q.sent = sent
-		if lease.err != nil {
-			for i := range q.leases {
-				q.leases[i].Granted, q.leases[i].Err = 0, lease.err
-			}
-		}
-		q.reply(lease.err)
+		q.reply(lease.err) // LeaseBatched marks its leases failed by it
 	}
 }
 

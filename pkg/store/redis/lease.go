@@ -56,62 +56,85 @@ const leaseFields = 4
 //
 // It needs the script mode.
 func (s *Store) LeaseAll(ctx context.Context, now time.Time, leases []Lease) (int64, error) {
-	if _, ok := s.exec.(scriptExec); !ok {
-		return 0, errors.New("redis store: leases need the script mode")
-	}
 	w := s.when(now)
-	type call struct {
-		cs    *clients
-		index []int
-		keys  []string
-		now   int64
-		err   error
+	rnow, _, err := s.leaseParts(leases, func(p *leasePart) {
+		index := indexes(len(p.leases))
+		vals, err := runScript(ctx, s.clientsAt(p.at), &leaseScript, p.keys, leaseArgs(w.at, w.ref, p.leases, index))
+		if err == nil {
+			err = readLeases(vals, p.leases, index)
+		}
+		p.err = err
+	})
+	return rnow, err
+}
+
+// leasePart is the leases of one call: at one place, of at most
+// maxCallBuckets.
+type leasePart struct {
+	at     place
+	index  []int // each lease's place in the caller's
+	keys   []string
+	leases []Lease // copies, answered by the call
+	weight int
+	sent   time.Time // when the call was sent, if known
+	err    error
+}
+
+// leaseParts cuts leases into parts (cut), has run answer each, a place's
+// parts in turn and the places in parallel, and copies the answers back:
+// a failed part's leases get its error. It returns the latest time Redis
+// decided at, when the last call was sent, and the first error.
+func (s *Store) leaseParts(leases []Lease, run func(p *leasePart)) (int64, time.Time, error) {
+	if _, ok := s.exec.(scriptExec); !ok {
+		return 0, time.Time{}, errors.New("redis store: leases need the script mode")
 	}
 	keys := make([]string, len(leases))
 	for i := range leases {
 		keys[i] = redisKey(s.keyPrefix, leases[i].Key)
 	}
 	where := s.places(keys, func(i int) bool { return leases[i].SecondUnit })
-	runs, places := cut(where, func(i int) int { return callWeight(leases[i].Limit) }, func(c *call, i int) {
-		c.index = append(c.index, i)
-		c.keys = append(c.keys, keys[i])
+	runs, places := cut(where, func(i int) int { return callWeight(leases[i].Limit) }, func(p *leasePart, i int) {
+		p.index = append(p.index, i)
+		p.keys = append(p.keys, keys[i])
+		p.leases = append(p.leases, leases[i])
+		p.weight += callWeight(leases[i].Limit)
 	})
 	for r, run := range runs {
-		for _, c := range run {
-			c.cs = s.clientsAt(places[r])
+		for _, p := range run {
+			p.at = places[r]
 		}
 	}
-	inTurn(runs, func(c *call) {
-		vals, err := runScript(ctx, c.cs, &leaseScript, c.keys, leaseArgs(w.at, w.ref, leases, c.index))
-		if err == nil {
-			c.now, err = readLeases(vals, leases, c.index)
-		}
-		c.err = err
-	})
+	inTurn(runs, run)
 	var latest int64
+	var sent time.Time
 	var first error
 	for _, run := range runs {
-		for _, c := range run {
-			if c.err != nil {
-				for _, i := range c.index {
-					leases[i].Granted, leases[i].Err = 0, c.err
+		for _, p := range run {
+			for j, i := range p.index {
+				leases[i] = p.leases[j]
+				if p.err != nil && leases[i].Err == nil {
+					leases[i].Granted, leases[i].Err = 0, p.err
 				}
-				if first == nil {
-					first = c.err
+				if leases[i].Err == nil {
+					latest = max(latest, leases[i].Now)
 				}
-				continue
 			}
-			latest = max(latest, c.now)
+			if p.err != nil && first == nil {
+				first = p.err
+			}
+			if p.sent.After(sent) {
+				sent = p.sent
+			}
 		}
 	}
-	return latest, first
+	return latest, sent, first
 }
 
 // readLeases reads lease.lua's reply vals to the leases index names into
-// them, and returns the time Redis decided at.
-func readLeases(vals []int64, leases []Lease, index []int) (int64, error) {
+// them.
+func readLeases(vals []int64, leases []Lease, index []int) error {
 	if len(vals) != leaseFields*len(index)+1 {
-		return 0, fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(index))
+		return fmt.Errorf("redis lease script: %d values for %d buckets", len(vals), len(index))
 	}
 	now := vals[len(vals)-1]
 	for j, i := range index {
@@ -121,7 +144,7 @@ func readLeases(vals []int64, leases []Lease, index []int) (int64, error) {
 		leases[i].Wait = micros(v[3])
 		leases[i].Now = now
 	}
-	return now, nil
+	return nil
 }
 
 // leaseArgs returns the arguments of lease.lua for the leases index
@@ -172,76 +195,30 @@ func leaseArgs(at, ref int64, leases []Lease, index []int) []string {
 // LeaseBatched is LeaseAll for a few buckets, such as one request's: each
 // place's part goes in the next call the store's batcher makes to that
 // place, beside the requests it decides and other such parts, in one round
-// trip (runTogether). It also returns when the (last) call was sent. The
-// time Redis decided at is 0 where the store decides at the caller's
-// clock: a call is decided at the latest of its parts' instants, perhaps
-// another caller's (each lease's Now is the call's). Without a batcher, it
-// is LeaseAll.
+// trip (runTogether), where the batcher waits for more (Options.BatchWait).
+// It also returns when the (last) call was sent. The time Redis decided at
+// is 0 where the store decides at the caller's clock: a call is decided at
+// the latest of its parts' instants, perhaps another caller's (each
+// lease's Now is the call's). Without a batcher or its wait, it is
+// LeaseAll.
 func (s *Store) LeaseBatched(ctx context.Context, now time.Time, leases []Lease) (int64, time.Time, error) {
-	if s.batch == nil {
-		sent := time.Now()
-		rnow, err := s.LeaseAll(ctx, now, leases)
-		if s.callerClock {
-			rnow = 0
-		}
-		return rnow, sent, err
-	}
-	if _, ok := s.exec.(scriptExec); !ok {
-		return 0, time.Time{}, errors.New("redis store: leases need the script mode")
-	}
-	w := s.when(now)
-	type part struct {
-		at     place
-		index  []int
-		keys   []string
-		leases []Lease
-		weight int
-		sent   time.Time
-		err    error
-	}
-	keys := make([]string, len(leases))
-	for i := range leases {
-		keys[i] = redisKey(s.keyPrefix, leases[i].Key)
-	}
-	where := s.places(keys, func(i int) bool { return leases[i].SecondUnit })
-	runs, places := cut(where, func(i int) int { return callWeight(leases[i].Limit) }, func(p *part, i int) {
-		p.index = append(p.index, i)
-		p.keys = append(p.keys, keys[i])
-		p.leases = append(p.leases, leases[i])
-		p.weight += callWeight(leases[i].Limit)
-	})
-	for r, run := range runs {
-		for _, p := range run {
-			p.at = places[r]
-		}
-	}
-	inTurn(runs, func(p *part) {
-		p.sent, p.err = s.batch.submitLeases(ctx, p.at, p.weight, w, p.keys, p.leases)
-	})
-	var latest int64
+	var rnow int64
 	var sent time.Time
-	var first error
-	for _, run := range runs {
-		for _, p := range run {
-			for j, i := range p.index {
-				leases[i] = p.leases[j]
-				if p.err != nil && leases[i].Err == nil {
-					leases[i].Granted, leases[i].Err = 0, p.err
-				}
-				if leases[i].Err == nil {
-					latest = max(latest, leases[i].Now)
-				}
-			}
-			if p.err != nil && first == nil {
-				first = p.err
-			}
-			if p.sent.After(sent) {
-				sent = p.sent
-			}
-		}
+	var err error
+	if s.batch == nil || s.batch.wait == 0 {
+		// Nothing batched, or calls that go at once (a Cluster's: its
+		// buckets spread over the slots): a lease call queued behind a
+		// slot's call out would only wait for it.
+		sent = time.Now()
+		rnow, err = s.LeaseAll(ctx, now, leases)
+	} else {
+		w := s.when(now)
+		rnow, sent, err = s.leaseParts(leases, func(p *leasePart) {
+			p.sent, p.err = s.batch.submitLeases(ctx, p.at, p.weight, w, p.keys, p.leases)
+		})
 	}
-	if w.at >= 0 {
-		latest = 0
+	if s.callerClock {
+		rnow = 0
 	}
-	return latest, sent, first
+	return rnow, sent, err
 }

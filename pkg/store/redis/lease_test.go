@@ -35,7 +35,7 @@ func leaseMatchesLease(t *testing.T, addr string, batched bool) {
 	defer c.Close()
 	o := Options{Client: c, CallerClock: true, Prefix: "lparity:"}
 	if batched {
-		o.Batch, o.Prefix = DefaultBatch, "lbatched:"
+		o.Batch, o.BatchWait, o.Prefix = DefaultBatch, time.Millisecond, "lbatched:"
 	}
 	s, err := New(o)
 	if err != nil {
