@@ -275,6 +275,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool), output io.
 		s.redisBatchWait = localFirstBatchWait
 	}
 	s.perSecond.noteGiven(fs)
+	s.rlqs.noteGiven(fs, s.failureMode.value)
 	return s, s.check()
 }
 
@@ -392,6 +393,8 @@ func (s *settings) check() error {
 		return fmt.Errorf("-failure-mode local falls back from Redis or memcached: it needs -store redis or memcached")
 	case s.storeTimeout < 0:
 		return fmt.Errorf("-store-timeout: must not be negative, got %s", s.storeTimeout)
+	case s.rlqs.failStatic < 0:
+		return fmt.Errorf("-rlqs-fail-static: must not be negative, got %s", s.rlqs.failStatic)
 	case s.localCacheSize < 0:
 		return fmt.Errorf("-local-cache-size: must not be negative, got %d", s.localCacheSize)
 	case s.nearLimitRatio <= 0 || s.nearLimitRatio > 1:

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 )
 
 // testApp returns an app with captured output and the given environment.
@@ -309,6 +311,37 @@ func TestVersionStamped(t *testing.T) {
 	a, stdout, _ := testApp(nil)
 	if code := a.run(context.Background(), []string{"version"}); code != exitOK || stdout.String() != "envoy-rls v1.2.3 0123456789ab\n" {
 		t.Fatalf("exit %d: %q", code, stdout)
+	}
+}
+
+// TestFailStaticDefault: -rlqs-fail-static is rlqs.DefaultFailStatic with
+// the default failure mode and 0 with allow, deny or local, unless given,
+// by flag or variable; it must not be negative.
+func TestFailStaticDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, rlqs.DefaultFailStatic},
+		{[]string{"-store", "redis", "-failure-mode", "unavailable"}, nil, rlqs.DefaultFailStatic},
+		{[]string{"-store", "redis", "-failure-mode", "allow"}, nil, 0},
+		{[]string{"-store", "redis", "-failure-mode", "local"}, nil, 0},
+		{[]string{"-store", "redis"}, map[string]string{"RLS_FAILURE_MODE": "deny"}, 0},
+		{[]string{"-store", "redis", "-failure-mode", "deny", "-rlqs-fail-static", "30s"}, nil, 30 * time.Second},
+		{[]string{"-store", "redis", "-failure-mode", "allow"}, map[string]string{"RLS_RLQS_FAIL_STATIC": "1m"}, time.Minute},
+		{[]string{"-store", "redis", "-rlqs-fail-static", "0"}, nil, 0},
+	} {
+		s, err := parseFlags(c.args, lookupIn(c.env), io.Discard, false)
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.args, c.env, err)
+		}
+		if s.rlqs.failStatic != c.want {
+			t.Errorf("%v %v: fail-static %v, want %v", c.args, c.env, s.rlqs.failStatic, c.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-rlqs-fail-static", "-1s"}, lookupIn(nil), io.Discard, false); err == nil || !strings.Contains(err.Error(), "-rlqs-fail-static") {
+		t.Fatalf("a negative -rlqs-fail-static: %v", err)
 	}
 }
 

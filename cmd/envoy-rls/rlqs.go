@@ -19,6 +19,10 @@ type rlqsSettings struct {
 	maxBuckets          int
 	maxTotalBuckets     int
 	maxBucketsPerReport int
+	// failStatic is -rlqs-fail-static; failStaticGiven says it was given
+	// (by flag or variable), not its default.
+	failStatic      time.Duration
+	failStaticGiven bool
 }
 
 func newRLQSFlags(fs *flag.FlagSet) *rlqsSettings {
@@ -29,7 +33,20 @@ func newRLQSFlags(fs *flag.FlagSet) *rlqsSettings {
 	fs.IntVar(&r.maxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "the most buckets one RLQS stream reports; beyond, new buckets are sent nothing")
 	fs.IntVar(&r.maxTotalBuckets, "rlqs-max-buckets-total", rlqs.DefaultMaxTotalBuckets, "the most buckets all RLQS streams of this replica report together (each holds about 2 KiB with its levels); beyond, new buckets are sent nothing")
 	fs.IntVar(&r.maxBucketsPerReport, "rlqs-max-buckets-per-report", rlqs.DefaultMaxBucketsPerReport, "the most buckets one RLQS report names; beyond, InvalidArgument")
+	fs.DurationVar(&r.failStatic, "rlqs-fail-static", rlqs.DefaultFailStatic, "while the store fails, how long RLQS streams are still answered from the last division known, each replica keeping its part of each limit, before -failure-mode answers; 0 turns it off (the default with -failure-mode allow, deny or local)")
 	return r
+}
+
+// noteGiven notes whether -rlqs-fail-static was given. Not given, it is
+// on only with the default failure mode, unavailable, whose RLQS streams
+// would otherwise be sent nothing (their Envoys, once their assignments
+// expire, admitting what their fallback does): allow, deny and local keep
+// their meaning from the first failure.
+func (r *rlqsSettings) noteGiven(fs *flag.FlagSet, mode failureMode) {
+	fs.Visit(func(f *flag.Flag) { r.failStaticGiven = r.failStaticGiven || f.Name == "rlqs-fail-static" })
+	if !r.failStaticGiven && mode != failUnavailable {
+		r.failStatic = 0
+	}
 }
 
 // quotaService is the Rate Limit Quota Service over the same store and
@@ -50,7 +67,7 @@ func quotaService(s *settings, st store, red *redis.Store, config func() *descri
 		mode = rlqs.FailLocal
 	}
 	return rlqs.New(rlqs.Options{Store: st, Registry: registry, Config: config, Usage: usage, Logger: log, Observer: obs,
-		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailureMode: mode, StoreTimeout: s.storeTimeout,
+		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailStatic: s.rlqs.failStatic, FailureMode: mode, StoreTimeout: s.storeTimeout,
 		MaxStreams: s.rlqs.maxStreams, MaxBuckets: s.rlqs.maxBuckets, MaxTotalBuckets: s.rlqs.maxTotalBuckets, MaxBucketsPerReport: s.rlqs.maxBucketsPerReport,
 		MaxEntries: s.maxEntries, MaxEntryBytes: s.maxEntryBytes})
 }

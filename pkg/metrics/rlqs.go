@@ -19,6 +19,7 @@ type quotaMetrics struct {
 	assigned map[string][2]prometheus.Counter
 	abandons prometheus.Counter
 	failures prometheus.Counter
+	static   prometheus.Counter
 }
 
 // RLQS returns the Rate Limit Quota Service's metrics, registered with the
@@ -37,8 +38,10 @@ func (m *Metrics) RLQS() rlqs.Observer {
 			Help: "RLQS buckets abandoned: no Envoy reported a request of them for -rlqs-abandon-after."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_failures_total",
 			Help: "RLQS reports the store or the registry could not serve, answered by the failure mode."}),
+		static: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_fail_static_total",
+			Help: "RLQS reports the store or the registry could not serve, answered from the last division known (-rlqs-fail-static)."}),
 	}
-	m.registry.MustRegister(q.reports, q.reported, q.assignments, q.abandons, q.failures)
+	m.registry.MustRegister(q.reports, q.reported, q.assignments, q.abandons, q.failures, q.static)
 	q.assigned = map[string][2]prometheus.Counter{}
 	for _, kind := range []string{"token_bucket", "allow_all", "deny_all"} {
 		q.assigned[kind] = [2]prometheus.Counter{q.assignments.WithLabelValues(kind, "false"), q.assignments.WithLabelValues(kind, "true")}
@@ -69,6 +72,8 @@ func (q *quotaMetrics) Assigned(kind string, changed bool) {
 }
 
 func (q *quotaMetrics) Failed() { q.failures.Inc() }
+
+func (q *quotaMetrics) FailStatic() { q.static.Inc() }
 
 // WatchRLQS exports the service's own counts, read at each scrape: the
 // streams open and the buckets they report.

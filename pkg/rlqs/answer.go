@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 )
@@ -25,16 +26,19 @@ func (st *stream) answer(ctx context.Context, batch []*sub, levels []*streamLeve
 		sc.release()
 		svc.scratch.Put(sc)
 	}()
-	ok := st.chargeAndRoom(ctx, levels, now, sc)
+	chargeErr := st.chargeAndRoom(ctx, levels, now, sc)
 	entries := st.entries(levels, now, sc)
-	if ok {
-		err := svc.opts.Registry.Publish(ctx, now, st.entryTTL(), entries)
-		ok = err == nil
-		if err != nil {
-			svc.log.Warn("rlqs: the registry failed; the failure mode answers", "err", err)
-		}
+	var err error
+	if chargeErr == nil || svc.opts.FailStatic > 0 {
+		err = svc.opts.Registry.Publish(ctx, now, st.entryTTL(), entries)
 	}
-	if !ok {
+	stands := st.standing(chargeErr, err, now)
+	svc.faults.record(svc.log, stands, &svc.opts, chargeErr, err)
+	switch stands {
+	case standsFresh:
+	case standsStatic:
+		svc.obs.FailStatic()
+	default:
 		svc.obs.Failed()
 		switch svc.opts.FailureMode {
 		case FailQuiet:
@@ -146,6 +150,48 @@ func (st *stream) abandoned(b *sub, now time.Time) bool {
 	st.svc.buckets.Add(-1)
 	st.unwatch(b)
 	return true
+}
+
+// standing is whether a report's division stands: worked out with the
+// store and the other replicas as they are (fresh), from the last known
+// while they fail (static), or not at all (failed).
+type standing int
+
+const (
+	standsFresh standing = iota
+	standsStatic
+	standsFailed
+)
+
+// standing judges a report's division by its charge's error and its
+// publish's. An exchange that failed is read from the last for as long as
+// entries live (a slow moment, not a fault); beyond, or while charges
+// fail, the division stands as static for FailStatic since the last
+// exchange and the first failed charge, then the failure mode answers.
+func (st *stream) standing(chargeErr, publishErr error, now time.Time) standing {
+	var stale *StaleError
+	switch {
+	case chargeErr == nil && publishErr == nil:
+		return standsFresh
+	case publishErr != nil && !errors.As(publishErr, &stale):
+		return standsFailed
+	case stale != nil && stale.Since.IsZero():
+		return standsFailed // no division was ever read: nothing to stand on
+	}
+	var age time.Duration
+	if stale != nil {
+		age = now.Sub(stale.Since)
+	}
+	if chargeErr == nil && age <= st.entryTTL() {
+		return standsFresh
+	}
+	if chargeErr != nil {
+		age = max(age, now.Sub(st.chargeFailing))
+	}
+	if st.svc.opts.FailStatic > 0 && age <= st.svc.opts.FailStatic {
+		return standsStatic
+	}
+	return standsFailed
 }
 
 // blanket answers every bucket of batch by the failure mode, for a short

@@ -15,10 +15,25 @@ type levelState struct {
 	rate  float64
 	subs  holders // this replica's subscribers
 
-	others      []Group // the other replicas' subscribers, as their records group them
+	// peers are the other replicas' records, as the last exchange read
+	// them, and those held over a store fault (peerRecord.until).
+	peers       []peerRecord
+	others      []Group // the peers' subscribers, as their records group them
 	othersCount float64
 	othersN     int   // their records
 	othersAct   int64 // the latest activity they report
+
+	// frozen is set while the level's exchanges fail: the peers' records
+	// are as of the last that did not, and the peers cannot read this
+	// replica's demands either. Its subscribers here then divide what
+	// they held at the last division before (the rate less claim, the
+	// part the peers held, their share of what no one used included), so
+	// that the replicas together still give out no more than the rate.
+	frozen bool
+	claim  float64
+	// budget is what the last division divided among sorted: the rate,
+	// or its part here while frozen.
+	budget float64
 
 	div    Division
 	floor  float64 // the demand an idle subscriber counts as, at the last division
@@ -53,6 +68,16 @@ type held struct {
 // point is a demand of count subscribers alike, as a division sorts them.
 type point struct{ demand, count float64 }
 
+// peerRecord is another replica's record of the level. until is zero for one
+// the last exchange read; for one it did not, read before a store fault,
+// the time it is held until (Unix nanoseconds): a peer whose record ran
+// out on the store while no one could write there has not left, and
+// writes it again within its entries' TTL once it can.
+type peerRecord struct {
+	Record
+	until int64
+}
+
 // Division is a level's limit divided among its subscribers on every
 // replica, as last worked out here.
 type Division struct {
@@ -71,6 +96,12 @@ type Division struct {
 	Replicas int
 	// At is when it was worked out.
 	At time.Time
+	// Frozen says the level's exchanges were failing: the subscribers
+	// here divided what they held before (Rate less Claim).
+	Frozen bool
+	// Claim is the part of Rate the other replicas held at the last
+	// division with their records fresh.
+	Claim float64
 }
 
 func newLevelState(owner *MemoryRegistry, level string) *levelState {
@@ -117,7 +148,7 @@ func (lv *levelState) join() {
 	lv.joined++
 	lv.dirty = true
 	if !lv.div.At.IsZero() {
-		lv.div.Fill = fillSorted(lv.rate, lv.sorted, lv.sums, lv.counts, float64(lv.joined))
+		lv.div.Fill = fillSorted(lv.budget, lv.sorted, lv.sums, lv.counts, float64(lv.joined))
 		lv.div.Subscribers++
 		lv.div.Unknown++
 	}
@@ -141,20 +172,49 @@ func (lv *levelState) divide(now time.Time) {
 	n := float64(lv.subs.len()) + lv.othersCount
 	lv.floor = lv.rate * idleShare / max(n, 1)
 	pts := lv.sorted[:0]
-	d := Division{Rate: lv.rate, Subscribers: int(n), Replicas: lv.othersN + 1, At: now}
+	d := Division{Rate: lv.rate, Subscribers: int(n), Replicas: lv.othersN + 1, At: now, Frozen: lv.frozen}
 	for _, h := range lv.subs.list {
 		h.counted = math.Max(want(h.demand), lv.floor)
 		pts = append(pts, point{h.counted, 1})
 		d.add(h.demand, 1)
 	}
 	for _, g := range lv.others {
-		pts = append(pts, point{g.demand(), g.Count})
 		d.add(g.Sum, g.Count)
+		if !lv.frozen {
+			pts = append(pts, point{g.demand(), g.Count})
+		}
+	}
+	lv.budget = lv.rate
+	if lv.frozen {
+		lv.budget = max(lv.rate-lv.claim, 0)
 	}
 	slices.SortFunc(pts, func(a, b point) int { return cmp.Compare(a.demand, b.demand) })
 	lv.sorted, lv.sums, lv.counts = pts, runningSums(lv.sums[:0], pts, false), runningSums(lv.counts[:0], pts, true)
-	d.Fill = fillSorted(lv.rate, lv.sorted, lv.sums, lv.counts, 0)
+	d.Fill = fillSorted(lv.budget, lv.sorted, lv.sums, lv.counts, 0)
+	if !lv.frozen {
+		lv.claim = lv.claimOf(d.Fill, n)
+	}
+	d.Claim = lv.claim
 	lv.div, lv.latest, lv.joined, lv.dirty = d, latest, 0, false
+}
+
+// claimOf is the part of the rate the peers hold in a division of fill
+// level fill among n subscribers: their shares, and of what the shares
+// leave, their part by count. What a replica holds while its exchanges
+// fail is the rest (frozen), so the parts still add up to the rate.
+func (lv *levelState) claimOf(fill, n float64) float64 {
+	if n <= 0 {
+		return 0
+	}
+	theirs := 0.0
+	for _, g := range lv.others {
+		theirs += math.Min(g.demand(), fill) * g.Count
+	}
+	used := theirs
+	for _, h := range lv.subs.list {
+		used += math.Min(h.counted, fill)
+	}
+	return theirs + max(lv.rate-used, 0)*lv.othersCount/n
 }
 
 // add counts a demand of count subscribers in the division's figures.
@@ -220,21 +280,60 @@ func (lv *levelState) shareOf(h *held) float64 {
 	return math.Min(math.Min(math.Max(want(h.demand), lv.floor), h.counted), lv.div.Fill)
 }
 
-// setOthers keeps the other replicas' records.
-func (lv *levelState) setOthers(recs []Record) {
-	lv.others, lv.othersCount, lv.othersN, lv.othersAct = lv.others[:0], 0, len(recs), 0
+// setOthers keeps the other replicas' records, as an exchange at now read
+// them. After exchanges that failed (frozen), a peer whose record was not
+// read is held for hold from now: its record may only have run out on
+// the store while no one could write there, and it writes it again
+// within its entries' TTL of the store's return. Held any less, the
+// replica that exchanges first after a store fault would count its peers
+// gone and hand its own streams their part too.
+func (lv *levelState) setOthers(recs []Record, now time.Time, hold time.Duration) {
+	at := now.UnixNano()
+	var keep []peerRecord
+	if lv.frozen || lv.holding() {
+		for _, p := range lv.peers {
+			if p.Replica == "" || slices.ContainsFunc(recs, func(r Record) bool { return r.Replica == p.Replica }) {
+				continue
+			}
+			if p.until == 0 && lv.frozen {
+				p.until = at + hold.Nanoseconds()
+			}
+			if p.until > at {
+				keep = append(keep, p)
+			}
+		}
+	}
+	lv.peers = lv.peers[:0]
 	for _, r := range recs {
-		for _, g := range r.Groups {
+		lv.peers = append(lv.peers, peerRecord{Record: r})
+	}
+	lv.peers = append(lv.peers, keep...)
+	lv.others, lv.othersCount, lv.othersN, lv.othersAct = lv.others[:0], 0, len(lv.peers), 0
+	for _, p := range lv.peers {
+		for _, g := range p.Groups {
 			if !(g.Count > 0) {
 				continue
 			}
 			lv.others = append(lv.others, g)
 			lv.othersCount += g.Count
 		}
-		lv.othersAct = max(lv.othersAct, r.Active)
+		lv.othersAct = max(lv.othersAct, p.Active)
 	}
 	lv.latest = max(lv.latest, lv.othersAct)
-	lv.dirty = true
+	lv.frozen, lv.dirty = false, true
+}
+
+// holding reports whether a peer's record is held over a store fault.
+func (lv *levelState) holding() bool {
+	return slices.ContainsFunc(lv.peers, func(p peerRecord) bool { return p.until != 0 })
+}
+
+// freeze marks the level's exchanges failing: until one answers again,
+// the subscribers here divide what they held (Division.Frozen).
+func (lv *levelState) freeze() {
+	if !lv.frozen {
+		lv.frozen, lv.dirty = true, true
+	}
 }
 
 // holders are a level's subscribers here: a short list, indexed by a map

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -104,9 +105,10 @@ func (st *stream) charge(b *sub, allowed uint64) {
 
 // chargeAndRoom charges, in one store call, what the stream's Envoy
 // allowed on the report's levels (and what a failed call left owed):
-// usage, which RLS calls on the same buckets then see. It reports false
-// if the store failed: the charges are owed again, for the next report.
-func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now time.Time, sc *scratch) bool {
+// usage, which RLS calls on the same buckets then see. If the store
+// fails, it returns the error: the charges are owed again, for the next
+// report, and the stream notes since when its charges fail.
+func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now time.Time, sc *scratch) error {
 	st.mu.Lock()
 	calls := sc.calls[:0]
 	for _, sl := range levels {
@@ -120,14 +122,17 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 	sc.calls = calls
 	st.mu.Unlock()
 	if len(calls) == 0 {
-		return true
+		return nil
 	}
 	sc.results = slices.Grow(sc.results[:0], len(calls))[:len(calls)]
 	err := st.svc.opts.Store.Apply(ctx, now, calls, sc.results)
 	if err == nil {
-		return true
+		st.chargeFailing = time.Time{}
+		return nil
 	}
-	st.svc.log.Warn("rlqs: charging reported usage failed; it is charged with the next report", "err", err)
+	if st.chargeFailing.IsZero() {
+		st.chargeFailing = now
+	}
 	sc.storeFailed = true
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -138,7 +143,7 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 			st.orphans = append(st.orphans, c)
 		}
 	}
-	return false
+	return fmt.Errorf("charging reported usage (owed until a report's charge succeeds): %w", err)
 }
 
 // entries are what the stream publishes for levels, in their order: on

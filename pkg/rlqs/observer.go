@@ -12,6 +12,9 @@ type Observer interface {
 	// Failed is a report the store or registry could not serve, answered
 	// by the failure mode.
 	Failed()
+	// FailStatic is a report the store or registry could not serve,
+	// answered from the last division known.
+	FailStatic()
 }
 
 type noObserver struct{}
@@ -19,3 +22,4 @@ type noObserver struct{}
 func (noObserver) Report(int)            {}
 func (noObserver) Assigned(string, bool) {}
 func (noObserver) Failed()               {}
+func (noObserver) FailStatic()           {}

@@ -19,6 +19,9 @@ type Record struct {
 	// Active is the latest request a subscriber reported, Unix
 	// microseconds; 0 for never.
 	Active int64
+	// Replica names the replica whose record it is, as a Board reads it
+	// (not encoded: the board keeps records by replica).
+	Replica string
 }
 
 // The groups of a record: up to exactGroups subscribers are each a group
@@ -159,11 +162,16 @@ type LevelSummary struct {
 	Replicas    int     `json:"replicas"`
 	Demand      float64 `json:"demand_per_second"`
 	// Fill is the fill level; absent (+Inf) when every demand fits.
-	Fill     *float64 `json:"fill_level_per_second,omitempty"`
-	At       string   `json:"divided_at,omitempty"`
-	Here     int      `json:"subscribers_here"`
-	Largest  []Share  `json:"largest_shares_here"`
-	Complete bool     `json:"complete"`
+	Fill *float64 `json:"fill_level_per_second,omitempty"`
+	At   string   `json:"divided_at,omitempty"`
+	// FailStatic says the level's exchanges with the other replicas fail:
+	// its subscribers here divide what they held before, the rate less
+	// OthersHeld.
+	FailStatic bool     `json:"fail_static,omitempty"`
+	OthersHeld *float64 `json:"other_replicas_held_per_second,omitempty"`
+	Here       int      `json:"subscribers_here"`
+	Largest    []Share  `json:"largest_shares_here"`
+	Complete   bool     `json:"complete"`
 }
 
 // Share is one subscriber's share of a level.
@@ -185,6 +193,10 @@ func (lv *levelState) summary(key string, top int) LevelSummary {
 	}
 	if !d.At.IsZero() {
 		s.At = d.At.UTC().Format(time.RFC3339Nano)
+	}
+	if d.Frozen {
+		held := d.Claim
+		s.FailStatic, s.OthersHeld = true, &held
 	}
 	for _, h := range lv.subs.list {
 		sh := Share{Instance: h.instance, Share: lv.shareOf(h)}

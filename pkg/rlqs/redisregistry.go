@@ -39,9 +39,10 @@ func (r redisBoard) Exchange(ctx context.Context, now time.Time, replica string,
 	for level, values := range got {
 		recs := make([]Record, len(values))
 		for i, v := range values {
-			if recs[i], err = parseRecord(v); err != nil {
-				return nil, fmt.Errorf("redis store: level %q: another replica's record: %w", level, err)
+			if recs[i], err = parseRecord(v.Record); err != nil {
+				return nil, fmt.Errorf("redis store: level %q: replica %q's record: %w", level, clip(v.Replica), err)
 			}
+			recs[i].Replica = v.Replica
 		}
 		out[level] = recs
 	}

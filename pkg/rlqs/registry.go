@@ -45,7 +45,9 @@ type Entry struct {
 // replica that died, an Envoy that left).
 type Registry interface {
 	// Publish records entries, valid for ttl from now, and sets each
-	// one's Share and Latest.
+	// one's Share and Latest. A *StaleError says the other replicas could
+	// not be reached: the shares are set all the same, from what this
+	// replica last knew of them; any other error, that they are not set.
 	Publish(ctx context.Context, now time.Time, ttl time.Duration, entries []Entry) error
 	// Withdraw removes an instance's entries on levels (a stream that
 	// closed), so that its share goes to the others at the level's next
@@ -55,6 +57,23 @@ type Registry interface {
 	// largest shares here; false if no one here subscribes to it.
 	Summary(level string, top int) (LevelSummary, bool)
 }
+
+// StaleError is a Publish whose exchange with the other replicas failed.
+// The entries' shares are set all the same, from the other replicas'
+// records as last read, each level here dividing what it held then
+// (Division.Frozen): the caller chooses whether to answer with them.
+type StaleError struct {
+	// Since is when the levels were all last exchanged (the oldest of
+	// their last exchanges); zero if one of them never was.
+	Since time.Time
+	Err   error
+}
+
+func (e *StaleError) Error() string {
+	return "the other replicas' demands could not be exchanged: " + e.Err.Error()
+}
+
+func (e *StaleError) Unwrap() error { return e.Err }
 
 // DefaultDivideEvery is how often a MemoryRegistry works a level's
 // division out anew at most: what makes a report's cost independent of
@@ -209,13 +228,26 @@ func (m *MemoryRegistry) records(levels []string, now time.Time) []Shelf {
 }
 
 // setOthers keeps what the other replicas publish on each level: their
-// records, as the last exchange read them.
-func (m *MemoryRegistry) setOthers(got map[string][]Record) {
+// records, as an exchange at now read them (those of a level whose
+// exchanges failed before held for hold, levelState.setOthers).
+func (m *MemoryRegistry) setOthers(got map[string][]Record, now time.Time, hold time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for level, recs := range got {
 		if lv := m.levels[level]; lv != nil {
-			lv.setOthers(recs)
+			lv.setOthers(recs, now, hold)
+		}
+	}
+}
+
+// freeze marks levels whose exchange failed: their subscribers here
+// divide what they held until one answers (levelState.freeze).
+func (m *MemoryRegistry) freeze(levels []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, level := range levels {
+		if lv := m.levels[level]; lv != nil {
+			lv.freeze()
 		}
 	}
 }

@@ -28,7 +28,7 @@ type Store interface {
 }
 
 // FailureMode says what streams are sent while the store or the registry
-// fails.
+// fails, once Options.FailStatic is over.
 type FailureMode int
 
 const (
@@ -43,6 +43,19 @@ const (
 	// through Options.LocalRegistry.
 	FailLocal
 )
+
+// String names the mode as -failure-mode does.
+func (m FailureMode) String() string {
+	switch m {
+	case FailAllow:
+		return "allow"
+	case FailDeny:
+		return "deny"
+	case FailLocal:
+		return "local"
+	}
+	return "unavailable"
+}
 
 // Options configure a Service.
 type Options struct {
@@ -72,7 +85,16 @@ type Options struct {
 	// is kept before its streams are sent AbandonAction; default
 	// DefaultAbandonAfter.
 	AbandonAfter time.Duration
-	// FailureMode says what is sent while the store or registry fails.
+	// FailStatic is how long, while the store or the registry fails, each
+	// stream is still answered from the last division known (fail-static):
+	// a replica's streams keep the part of each limit they held, which the
+	// other replicas leave them (Division.Frozen), so the limit holds
+	// through the fault. It runs from the last exchange with the other
+	// replicas, or the first charge that failed; then FailureMode
+	// answers. 0: FailureMode answers at once.
+	FailStatic time.Duration
+	// FailureMode says what is sent while the store or registry fails,
+	// once FailStatic is over.
 	FailureMode FailureMode
 	// StoreTimeout bounds each store and registry call; default 1s.
 	StoreTimeout time.Duration
@@ -86,6 +108,7 @@ type Options struct {
 // The default caps and times.
 const (
 	DefaultAbandonAfter        = 10 * time.Minute
+	DefaultFailStatic          = 5 * time.Minute
 	DefaultMaxStreams          = 10000
 	DefaultMaxBuckets          = 10000
 	DefaultMaxTotalBuckets     = 100000 // about 2 KiB each with two levels (docs/rlqs.md, Memory): 200 MiB at most
@@ -107,6 +130,7 @@ type Service struct {
 	mu      sync.Mutex
 	open    map[*stream]struct{} // for Inspect and Close
 	scratch sync.Pool            // of *scratch
+	faults  faultLog
 	closing chan struct{}
 	once    sync.Once
 }

@@ -387,6 +387,65 @@ func TestQuietFailureSendsNothing(t *testing.T) {
 	}
 }
 
+// TestFailStaticAnswersFromTheLastDivision: with FailStatic, while the
+// store fails, every report is still answered with the division in force
+// (the same token bucket, its TTL renewed), for FailStatic from the first
+// failed charge; past it, the failure mode answers (the default: nothing);
+// once the store answers, shares are divided afresh and what was allowed
+// meanwhile is charged.
+func TestFailStaticAnswersFromTheLastDivision(t *testing.T) {
+	h := newHarness(t, testConfig, Options{FailStatic: 30 * time.Second})
+	a, b := h.envoy(t, "edge"), h.envoy(t, "edge")
+	a.mustReport(usage{bucket: alice(), allowed: 1})
+	b.mustReport(usage{bucket: alice(), allowed: 1})
+	var before *rlqsv3.RateLimitQuotaResponse_BucketAction
+	for range 4 { // demands of 100/s each, measured over reports 1 s apart
+		h.clock.add(time.Second)
+		before = a.mustReport(usage{bucket: alice(), allowed: 50, denied: 50})[0]
+		b.mustReport(usage{bucket: alice(), allowed: 50, denied: 50})
+	}
+	if r := rateOf(before); r < 40 || r > 50 {
+		t.Fatalf("two Envoys wanting 100/s of 100/s: %.1f/s each, want about 50: %v", r, before)
+	}
+	h.store.fail.Store(true)
+	for s := range 29 {
+		h.clock.add(time.Second)
+		acts := a.mustReport(usage{bucket: alice(), allowed: 50, denied: 50})
+		b.mustReport(usage{bucket: alice(), allowed: 50, denied: 50})
+		if tokens(acts[0]) == nil || rateOf(acts[0]) != rateOf(before) || acts[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().GetSeconds() < 3 {
+			t.Fatalf("%d s into the fault: %v, want the token bucket in force, %v, renewed", s+1, acts[0], before)
+		}
+	}
+	// 31 s after the first failed charge: the failure mode, unavailable.
+	h.clock.add(3 * time.Second)
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{Bucket: alice()}, NumRequestsAllowed: 50, NumRequestsDenied: 50}}}
+	if err := a.stream.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *rlqsv3.RateLimitQuotaResponse, 1)
+	go func() { r, _ := a.stream.Recv(); got <- r }()
+	select {
+	case r := <-got:
+		t.Fatalf("an answer past FailStatic: %v", r)
+	case <-time.After(200 * time.Millisecond):
+	}
+	h.store.fail.Store(false)
+	h.clock.add(time.Second)
+	if err := a.stream.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; tokens(r.GetBucketAction()[0]) == nil {
+		t.Fatalf("the store back: %v, want a token bucket", r)
+	}
+	// What a allowed while the store failed (50 a report, 31 reports),
+	// owed, is charged at once with its first report after (b's with its
+	// own next one).
+	if n := h.store.count(t, "edge|user=alice", limit.Rate{RequestsPerUnit: 100, Unit: limit.Second}.Limit(), h.clock.Now()); n != 31*50 {
+		t.Errorf("the bucket holds %d once the store is back, want the %d a allowed while it failed", n, 31*50)
+	}
+}
+
 // TestCloseEndsStreams: Close ends every stream with Unavailable (after
 // the drain), so Envoys reconnect to another replica at their next report.
 func TestCloseEndsStreams(t *testing.T) {

@@ -43,9 +43,13 @@ type SharedRegistry struct {
 	refresh time.Duration
 	local   *MemoryRegistry
 
-	mu    sync.Mutex
-	seen  map[string]*seenLevel
-	last  time.Time // the latest time a publish gave: Withdraw's clock
+	mu   sync.Mutex
+	seen map[string]*seenLevel
+	last time.Time // the latest time a publish gave: Withdraw's clock
+	// hold is the latest entries' TTL a publish gave: how long a peer's
+	// record is held when an exchange after a failed one does not read it
+	// (levelState.setOthers).
+	hold  time.Duration
 	swept time.Time
 	round uint64 // publishes so far, to look at each level once in one
 }
@@ -79,6 +83,7 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	if now.After(r.last) {
 		r.last = now
 	}
+	r.hold = ttl
 	r.round++
 	var due []string
 	for i := range entries {
@@ -106,27 +111,32 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	}
 	r.sweep(now)
 	r.mu.Unlock()
+	var err error
 	if len(due) > 0 {
-		if err := r.exchange(ctx, now, due); err != nil && !r.heldSince(due, now.Add(-ttl)) {
-			return err
+		if err = r.exchange(ctx, now, due); err != nil {
+			err = &StaleError{Since: r.exchangedSince(due), Err: err}
 		}
 	}
 	r.local.shares(now, entries)
-	return nil
+	return err
 }
 
-// heldSince reports whether every level was exchanged at since or later:
-// then a failed exchange is read from the last, as a level being exchanged
-// by another call is, rather than failing a report over one slow call.
-func (r *SharedRegistry) heldSince(levels []string, since time.Time) bool {
+// exchangedSince is when levels were all last exchanged: the oldest of
+// their last exchanges, zero if one never was.
+func (r *SharedRegistry) exchangedSince(levels []string) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, level := range levels {
-		if s := r.seen[level]; s == nil || s.at.IsZero() || s.at.Before(since) {
-			return false
+	var since time.Time
+	for i, level := range levels {
+		s := r.seen[level]
+		if s == nil || s.at.IsZero() {
+			return time.Time{}
+		}
+		if i == 0 || s.at.Before(since) {
+			since = s.at
 		}
 	}
-	return true
+	return since
 }
 
 // exchange sends this replica's records of levels to the board and keeps
@@ -162,8 +172,13 @@ func (r *SharedRegistry) exchangeAgain(levels []string) {
 // exchanges them again.
 func (r *SharedRegistry) exchangeOnce(ctx context.Context, now time.Time, levels []string) (again []string, err error) {
 	got, err := r.board.Exchange(ctx, now, r.replica, r.local.records(levels, now))
+	r.mu.Lock()
+	hold := r.hold
+	r.mu.Unlock()
 	if err == nil {
-		r.local.setOthers(got)
+		r.local.setOthers(got, now, hold)
+	} else {
+		r.local.freeze(levels)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -56,7 +56,9 @@ func (b *mapBoard) Exchange(_ context.Context, now time.Time, replica string, sh
 			if now.After(r.until) {
 				delete(recs, name)
 			} else if name != replica {
-				out[sh.Level] = append(out[sh.Level], r.record)
+				rec := r.record
+				rec.Replica = name
+				out[sh.Level] = append(out[sh.Level], rec)
 			}
 		}
 	}
@@ -252,9 +254,23 @@ func TestSharedRegistryFleetLeaves(t *testing.T) {
 	rlqstest.Check(t, "after the fleet left", publishAt(t, rb, 1100*time.Millisecond, rlqstest.Entry(level, "b", inf, 0)), rlqstest.Shares{level: {"b": 100}})
 }
 
+// staleAt publishes at T0+when with the board failing: the publish says
+// so with a *StaleError of the level's last exchange, and still sets the
+// shares, which it returns.
+func staleAt(t *testing.T, r rlqs.Registry, when, lastExchange time.Duration, es ...rlqs.Entry) rlqstest.Shares {
+	t.Helper()
+	got, err := rlqstest.PublishErr(r, when, 10*time.Second, es...)
+	var stale *rlqs.StaleError
+	if !errors.As(err, &stale) || !stale.Since.Equal(rlqstest.T0.Add(lastExchange)) {
+		t.Fatalf("publish at T0+%v with the board down: %v, want a StaleError of the exchange at T0+%v", when, err, lastExchange)
+	}
+	return got
+}
+
 // TestSharedRegistryRidesOutAFailedExchange: once a level was exchanged,
-// a failed exchange is read from the last one for as long as its entries
-// live (the TTL), and fails the publish beyond.
+// a publish while the board fails says since when it is stale, and sets
+// the shares from what the replica last read, however long ago: the
+// service decides how long they stand.
 func TestSharedRegistryRidesOutAFailedExchange(t *testing.T) {
 	const level = "api|u=a"
 	b := newMapBoard()
@@ -262,11 +278,75 @@ func TestSharedRegistryRidesOutAFailedExchange(t *testing.T) {
 	publishAt(t, rb, 0, rlqstest.Entry(level, "b", 30, 0))
 	publishAt(t, ra, 0, rlqstest.Entry(level, "a", inf, 0))
 	b.failing = true
-	rlqstest.Check(t, "an exchange failed 2 s after the last", publishAt(t, ra, 2*time.Second, rlqstest.Entry(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 70}})
+	rlqstest.Check(t, "an exchange failed 2 s after the last", staleAt(t, ra, 2*time.Second, 0, rlqstest.Entry(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 70}})
 	if b.exchanges != 2 {
 		t.Fatalf("%d exchanges, want 2: the failed one is not counted", b.exchanges)
 	}
-	if err := ra.Publish(context.Background(), rlqstest.T0.Add(11*time.Second), 10*time.Second, []rlqs.Entry{rlqstest.Entry(level, "a", inf, 0)}); err == nil {
-		t.Fatal("a publish 11 s after the last exchange, of entries living 10 s, succeeded with the board down")
+	rlqstest.Check(t, "60 s after, past every record's TTL", staleAt(t, ra, 60*time.Second, 0, rlqstest.Entry(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 70}})
+}
+
+// TestSharedRegistryFrozenKeepsItsPart steps two replicas through a board
+// fault: while their exchanges fail, each divides among its own
+// subscribers what it held at the last division (its shares, and its part
+// by count of what no one used), whatever their demands do meanwhile, so
+// that together they never give out more than the limit; once the board
+// answers, they divide afresh.
+func TestSharedRegistryFrozenKeepsItsPart(t *testing.T) {
+	const level = "api|u=a"
+	b := newMapBoard()
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	e := rlqstest.Entry
+	// 100/s: a1 wants 10, b1 80, b2 4: 6 unused, a third each by count.
+	publishAt(t, ra, 0, e(level, "a1", 10, 0))
+	publishAt(t, rb, 0, e(level, "b1", 80, 0), e(level, "b2", 4, 0))
+	rlqstest.Check(t, "a before", publishAt(t, ra, 1100*time.Millisecond, e(level, "a1", 10, 0)), rlqstest.Shares{level: {"a1": 10}})
+	rlqstest.Check(t, "b before", publishAt(t, rb, 1200*time.Millisecond, e(level, "b1", 80, 0), e(level, "b2", 4, 0)),
+		rlqstest.Shares{level: {"b1": 80, "b2": 4}})
+	b.failing = true
+	// Every demand rises to all it can get: a holds 10 + 2, b 84 + 4.
+	for _, step := range []time.Duration{2300 * time.Millisecond, 30 * time.Second} {
+		rlqstest.Check(t, fmt.Sprintf("a, frozen, at %v", step), staleAt(t, ra, step, 1100*time.Millisecond, e(level, "a1", inf, 0), e(level, "a2", inf, 0)),
+			rlqstest.Shares{level: {"a1": 6, "a2": 6}})
+		rlqstest.Check(t, fmt.Sprintf("b, frozen, at %v", step), staleAt(t, rb, step, 1200*time.Millisecond, e(level, "b1", inf, 0), e(level, "b2", inf, 0)),
+			rlqstest.Shares{level: {"b1": 44, "b2": 44}})
 	}
+	if sum, _ := ra.Summary(level, 0); !sum.FailStatic || sum.OthersHeld == nil || math.Abs(*sum.OthersHeld-88) > 1e-9 {
+		t.Fatalf("a's summary while frozen: %+v, want fail-static with 88/s held by the others", sum)
+	}
+	b.failing = false
+	publishAt(t, ra, 31*time.Second, e(level, "a1", inf, 0), e(level, "a2", inf, 0))
+	rlqstest.Check(t, "b after", publishAt(t, rb, 31100*time.Millisecond, e(level, "b1", inf, 0), e(level, "b2", inf, 0)),
+		rlqstest.Shares{level: {"b1": 25, "b2": 25}})
+	rlqstest.Check(t, "a after", publishAt(t, ra, 32200*time.Millisecond, e(level, "a1", inf, 0), e(level, "a2", inf, 0)),
+		rlqstest.Shares{level: {"a1": 25, "a2": 25}})
+	if sum, _ := ra.Summary(level, 0); sum.FailStatic || sum.OthersHeld != nil {
+		t.Fatalf("a's summary once the board is back: %+v, want it fresh", sum)
+	}
+}
+
+// TestSharedRegistryHoldsPeersAfterAFault: a board fault longer than the
+// records' TTL. The replica that exchanges first after it finds its peer's
+// record gone from the board (it ran out while no one could write) and
+// holds the record it last read for an entries' TTL, rather than handing
+// its own subscribers the peer's part; a peer that writes again within it
+// is read as ever, and one that does not (it died meanwhile) stops
+// counting at its end.
+func TestSharedRegistryHoldsPeersAfterAFault(t *testing.T) {
+	const level = "api|u=a"
+	b := newMapBoard()
+	ra, rb, rc := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	e := rlqstest.Entry
+	publishAt(t, rb, 0, e(level, "b", inf, 0))
+	publishAt(t, rc, 0, e(level, "c", inf, 0))
+	rlqstest.Check(t, "a before", publishAt(t, ra, 0, e(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 100.0 / 3}})
+	b.failing = true
+	staleAt(t, ra, 5*time.Second, 0, e(level, "a", inf, 0))
+	b.failing = false
+	// 30 s later b's and c's records are gone from the board: a holds them.
+	rlqstest.Check(t, "a first after the fault", publishAt(t, ra, 30*time.Second, e(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 100.0 / 3}})
+	// b writes again; c, dead, never does.
+	publishAt(t, rb, 32*time.Second, e(level, "b", inf, 0))
+	rlqstest.Check(t, "a with b back, c held", publishAt(t, ra, 35*time.Second, e(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 100.0 / 3}})
+	publishAt(t, rb, 38*time.Second, e(level, "b", inf, 0))
+	rlqstest.Check(t, "a past the hold", publishAt(t, ra, 40100*time.Millisecond, e(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 50}})
 }

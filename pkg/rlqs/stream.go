@@ -51,6 +51,9 @@ type stream struct {
 	full bool
 	// reports counts the reports served.
 	reports uint64
+	// chargeFailing is when the stream's charges began to fail, zero while
+	// they succeed. Only its reports read and write it.
+	chargeFailing time.Time
 }
 
 // answer is a RateLimitQuotaResponse encoded, and the actions it holds.

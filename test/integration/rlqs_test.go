@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -233,9 +234,10 @@ func (p *pacer) halt() {
 // rlqsEnvoy is one emulated Envoy on its own connection, sending requests
 // for alice's bucket.
 type rlqsEnvoy struct {
-	name string
-	want float64
-	inst *rlqsclient.Instance
+	name   string
+	want   float64
+	bucket map[string]string // the bucket it sends requests for
+	inst   *rlqsclient.Instance
 	pacer
 }
 
@@ -268,7 +270,7 @@ func startEnvoy(t *testing.T, name string, r *quotaReplica, want float64) *rlqsE
 func startEnvoyOn(t *testing.T, name string, r *quotaReplica, want float64, bucket map[string]string) *rlqsEnvoy {
 	t.Helper()
 	conn := dial(t, r.grpcAddr)
-	e := &rlqsEnvoy{name: name, want: want}
+	e := &rlqsEnvoy{name: name, want: want, bucket: bucket}
 	e.inst = rlqsclient.Start(context.Background(), conn, rlqsclient.Options{Domain: "edge", ReportInterval: rlqsInterval})
 	e.start(want, func() bool { return e.inst.Request(bucket) })
 	t.Cleanup(func() {
@@ -284,10 +286,10 @@ func (e *rlqsEnvoy) leave() {
 	e.inst.Close()
 }
 
-// bucketStats returns e's totals for alice's bucket.
+// bucketStats returns e's totals for its bucket.
 func (e *rlqsEnvoy) bucketStats() rlqsclient.BucketStats {
 	for _, b := range e.inst.Stats().Buckets {
-		if b.Bucket["user"] == "alice" && len(b.Bucket) == 1 {
+		if maps.Equal(b.Bucket, e.bucket) {
 			return b
 		}
 	}
@@ -300,10 +302,10 @@ func (e *rlqsEnvoy) describe() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s (wants %v/s): streams opened %d, ended %d (last: %v), reports sent %d, dropped %d, responses %d, actions applied %d, dropped %d",
 		e.name, e.want, s.StreamsOpened, s.StreamsEnded, s.LastStreamError, s.ReportsSent, s.ReportsDropped, s.ResponsesReceived, s.ActionsApplied, s.ActionsDropped)
-	if a, ok := e.inst.Assignment(rlqsAlice); ok {
+	if a, ok := e.inst.Assignment(e.bucket); ok {
 		fmt.Fprintf(&sb, "; holds %s from %s: max %.0f tokens, %.2f/s, %.1f tokens now", a.Rule, a.Source, a.MaxTokens, a.FillRate, a.Tokens)
 	} else {
-		sb.WriteString("; holds no bucket for alice")
+		fmt.Fprintf(&sb, "; holds no bucket for %v", e.bucket)
 	}
 	b := e.bucketStats()
 	fmt.Fprintf(&sb, "; bucket created %d, abandoned %d, allowed %d, denied %d", b.Created, b.Abandoned, b.Allowed, b.Denied)

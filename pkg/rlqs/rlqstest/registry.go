@@ -63,10 +63,18 @@ func Entry(level, instance string, demand float64, active int64) rlqs.Entry {
 // shares it answered.
 func Publish(t *testing.T, r rlqs.Registry, at, ttl time.Duration, es ...rlqs.Entry) Shares {
 	t.Helper()
-	es = slices.Clone(es)
-	if err := r.Publish(context.Background(), T0.Add(at), ttl, es); err != nil {
+	out, err := PublishErr(r, at, ttl, es...)
+	if err != nil {
 		t.Fatalf("publish at T0+%v: %v", at, err)
 	}
+	return out
+}
+
+// PublishErr publishes at T0+at, and returns the shares it set and its
+// error.
+func PublishErr(r rlqs.Registry, at, ttl time.Duration, es ...rlqs.Entry) (Shares, error) {
+	es = slices.Clone(es)
+	err := r.Publish(context.Background(), T0.Add(at), ttl, es)
 	out := Shares{}
 	for _, e := range es {
 		if out[e.Level] == nil {
@@ -74,7 +82,7 @@ func Publish(t *testing.T, r rlqs.Registry, at, ttl time.Duration, es ...rlqs.En
 		}
 		out[e.Level][e.Instance] = e.Share
 	}
-	return out
+	return out, err
 }
 
 func withdraw(t *testing.T, r rlqs.Registry, instance string, levels ...string) {

@@ -44,6 +44,14 @@ type Shelf struct {
 	Record []byte
 }
 
+// Posted is another replica's record of a level, as an exchange reads it.
+type Posted struct {
+	// Replica names the replica: its field in the level's hash.
+	Replica string
+	// Record is its record there.
+	Record string
+}
+
 // MaxDemandReplicas is the most fields (replicas) a level keeps: past it,
 // an exchange drops those expiring soonest (the replicas that have gone
 // longest without writing; ties, the first by their bytes). It bounds what
@@ -82,7 +90,7 @@ type demandCall struct {
 	call    scriptCall // the call of this round: the levels from next on
 	keys    []string
 	shelves []Shelf
-	views   [][]string // each level's other replicas' records, from the replies
+	views   [][]Posted // each level's other replicas' records, from the replies
 	next    int        // the first level not answered yet
 	err     error
 }
@@ -90,7 +98,7 @@ type demandCall struct {
 // ExchangeRecords writes each shelf as replica's field on its level, valid
 // for the shelf's TTL from now (an empty shelf removes the field), and
 // returns for each level the records of the other replicas' fields not
-// past their expiry. Fields found expired are deleted. now counts only
+// past their expiry, with the replicas' names. Fields found expired are deleted. now counts only
 // with CallerClock; otherwise the Redis server's clock decides, as it does
 // for buckets.
 //
@@ -100,14 +108,14 @@ type demandCall struct {
 // between two calls; but for levels of many replicas, which
 // take one more round trip per maxCallBytes a call reads. On a Cluster the
 // slots go in parallel. It needs the script mode.
-func (s *Store) ExchangeRecords(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]string, error) {
+func (s *Store) ExchangeRecords(ctx context.Context, now time.Time, replica string, shelves []Shelf) (map[string][]Posted, error) {
 	if s.closed.Load() {
 		return nil, errClosed
 	}
 	if _, ok := s.exec.(scriptExec); !ok {
 		return nil, errors.New("redis store: RLQS demands need the script mode")
 	}
-	out := make(map[string][]string, len(shelves))
+	out := make(map[string][]Posted, len(shelves))
 	if len(shelves) == 0 {
 		return out, nil
 	}
@@ -150,7 +158,7 @@ func (s *Store) ExchangeRecords(ctx context.Context, now time.Time, replica stri
 // fails (the exchange fails then: the rest is not sent).
 func exchangeRun(ctx context.Context, cs *clients, at int64, replica string, run []*demandCall) {
 	for _, c := range run {
-		c.views = make([][]string, len(c.shelves))
+		c.views = make([][]Posted, len(c.shelves))
 	}
 	pending := run
 	for len(pending) > 0 {
@@ -211,7 +219,7 @@ func demandArgs(at int64, replica string, shelves []Shelf) []string {
 // last, the number of levels answered, which it returns; each value's
 // expiry, which the script has checked, is cut off. Nothing in it is
 // trusted: a reply of another shape is an error that says what was wrong.
-func demandsReply(reply []any, shelves []Shelf, views [][]string) (int, error) {
+func demandsReply(reply []any, shelves []Shelf, views [][]Posted) (int, error) {
 	if len(reply) == 0 {
 		return 0, errors.New("redis demands script: an empty reply")
 	}
@@ -241,7 +249,7 @@ func demandsReply(reply []any, shelves []Shelf, views [][]string) (int, error) {
 			if len(value) < expiryLen {
 				return 0, fmt.Errorf("redis demands script: level %q, replica %q: a value of %d bytes, shorter than its expiry", level, replica, len(value))
 			}
-			views[i] = append(views[i], value[expiryLen:])
+			views[i] = append(views[i], Posted{Replica: replica, Record: value[expiryLen:]})
 			pos += 2
 		}
 	}

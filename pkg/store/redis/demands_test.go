@@ -119,7 +119,7 @@ func TestDemandCallsReadBoundedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for l, sh := range big {
-		if got := view[sh.Level]; len(got) != 1 || got[0] != string(sh.Record) {
+		if got := view[sh.Level]; len(got) != 1 || got[0].Record != string(sh.Record) {
 			t.Fatalf("level %d: %d records, want the big one", l, len(got))
 		}
 	}
@@ -166,7 +166,7 @@ func TestDemandKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	view, err := s.ExchangeRecords(ctx, now, "rb", []Shelf{b})
-	if err != nil || len(view[level]) != 1 || view[level][0] != string(a.Record) {
+	if err != nil || len(view[level]) != 1 || view[level][0] != (Posted{Replica: "ra", Record: string(a.Record)}) {
 		t.Fatalf("rb sees %q, %v; want ra's record", view, err)
 	}
 	if err := s.Apply(ctx, now, []limit.Bucket{{Key: level, Limit: l, Hits: 1}}, res); err != nil || res[0].Remaining != 2 {
@@ -252,7 +252,7 @@ func TestDemandReplicaCap(t *testing.T) {
 	if _, err := s.ExchangeRecords(ctx, now, "old", shelf); err != nil {
 		t.Fatal(err)
 	}
-	var view map[string][]string
+	var view map[string][]Posted
 	for i := range MaxDemandReplicas {
 		if view, err = s.ExchangeRecords(ctx, now.Add(time.Second), fmt.Sprintf("r%04d", i), shelf); err != nil {
 			t.Fatal(err)
@@ -302,7 +302,7 @@ func TestDemandServerClock(t *testing.T) {
 	}
 	time.Sleep(30 * time.Millisecond)
 	view, err = s.ExchangeRecords(ctx, time.Unix(0, 0), "rc", sh("c", time.Minute))
-	if err != nil || len(view[level]) != 1 || view[level][0] != "a" {
+	if err != nil || len(view[level]) != 1 || view[level][0].Record != "a" {
 		t.Fatalf("b's 20ms are over: view %v, %v", view, err)
 	}
 }
@@ -333,7 +333,7 @@ func TestDemandClusterSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sh := range shs {
-		if got := view[sh.Level]; len(got) != 1 || got[0] != string(sh.Record) {
+		if got := view[sh.Level]; len(got) != 1 || got[0].Record != string(sh.Record) {
 			t.Fatalf("level %q: %q, want %q", sh.Level, got, sh.Record)
 		}
 	}
@@ -367,13 +367,13 @@ func TestDemandReplyChecked(t *testing.T) {
 	stamp := strings.Repeat("\x00", expiryLen)
 	value, two := stamp+"rec", stamp+"two"
 	shs := []Shelf{{Level: "l1"}, {Level: "l2"}}
-	views := make([][]string, 2)
+	views := make([][]Posted, 2)
 	done, err := demandsReply([]any{int64(2), "a", value, "b", two, int64(0), int64(2)}, shs, views)
-	if err != nil || done != 2 || fmt.Sprint(views[0]) != "[rec two]" || views[1] != nil {
+	if err != nil || done != 2 || fmt.Sprint(views[0]) != "[{a rec} {b two}]" || views[1] != nil {
 		t.Fatalf("%d, %q, %v", done, views, err)
 	}
-	views = make([][]string, 2)
-	if done, err := demandsReply([]any{int64(1), "a", stamp, int64(1)}, shs, views); err != nil || done != 1 || len(views[0]) != 1 || views[0][0] != "" {
+	views = make([][]Posted, 2)
+	if done, err := demandsReply([]any{int64(1), "a", stamp, int64(1)}, shs, views); err != nil || done != 1 || len(views[0]) != 1 || views[0][0] != (Posted{Replica: "a"}) {
 		t.Fatalf("one level done, an empty record: %d, %q, %v", done, views, err)
 	}
 	for name, tc := range map[string]struct {
@@ -393,7 +393,7 @@ func TestDemandReplyChecked(t *testing.T) {
 		"value short":    {[]any{int64(1), "a", "xyz", int64(0), int64(2)}, `replica "a": a value of 3 bytes, shorter than its expiry`},
 		"left over":      {[]any{int64(0), int64(0), "x", int64(2)}, "1 values left over"},
 	} {
-		_, err := demandsReply(tc.reply, shs, make([][]string, 2))
+		_, err := demandsReply(tc.reply, shs, make([][]Posted, 2))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
