@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/rlqsclient"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 )
 
 // These tests hold RLQS to its limit through faults: a replica killed, the
@@ -79,11 +81,15 @@ type fleetSample struct {
 
 // startFleet starts n Envoys, Envoy i first on replica i % len(replicas)
 // and then on the others in turn, each wanting want requests a second of
-// bucket, whose limit is limit.
+// bucket, whose limit is limit. They start a report interval apart in
+// all, as a fleet's Envoys are never in step: Envoys in step, each given
+// the same token bucket, are allowed their requests all at once, and
+// what a window counts swings with how many of those moments it holds.
 func startFleet(t *testing.T, replicas []*quotaReplica, n int, want, limit float64, bucket map[string]string) *fleet {
 	t.Helper()
 	f := &fleet{replicas: replicas, limit: limit, stop: make(chan struct{}), done: make(chan struct{})}
 	for i := range n {
+		time.Sleep(rlqsInterval / time.Duration(n))
 		var addrs []string
 		for j := range replicas {
 			addrs = append(addrs, replicas[(i+j)%len(replicas)].grpcAddr)
@@ -315,7 +321,7 @@ func TestRLQSStoreFaults(t *testing.T) {
 
 			t.Logf("the store failed from %.1fs to %.1fs; per second:%s", began.Sub(origin).Seconds(), back.Sub(origin).Seconds(), f.timeline(origin, last))
 			f.checkWithinLimit(t, steady, last, origin)
-			f.checkNear(t, "before the fault", steady.Add(-faultWindow/2))
+			f.checkNear(t, "before the fault", steady.Add(-faultWindow))
 			f.checkNear(t, "from 5 s after the store answers", back.Add(faultWindow))
 			if n := f.unassigned(steady, last); n > 0 {
 				t.Errorf("%d Envoys at once held no assignment from a replica", n)
@@ -336,5 +342,96 @@ func explainFleet(t *testing.T, f *fleet) {
 	}
 	for _, r := range f.replicas {
 		t.Logf("replica %s: %s", r.name, r.counts())
+	}
+}
+
+// levelReplicas is how many replicas r counts on the shared limit's level
+// (itself included), from GET /buckets; 0 if it cannot tell.
+func (r *quotaReplica) levelReplicas() int {
+	out, err := r.get("/buckets?domain=edge&bucket=api=shared")
+	if err != nil {
+		return 0
+	}
+	var v struct {
+		Subscribers struct {
+			Levels []struct {
+				Replicas int `json:"replicas"`
+			} `json:"levels"`
+		} `json:"subscribers"`
+	}
+	if json.Unmarshal([]byte(out), &v) != nil || len(v.Subscribers.Levels) == 0 {
+		return 0
+	}
+	return v.Subscribers.Levels[0].Replicas
+}
+
+// TestRLQSReplicaKilled: three replicas of one Redis (single or Cluster)
+// at their default flags, 30 Envoys each offering 10/s of a limit of 60/s. One replica is
+// killed (SIGKILL: it closes nothing); its Envoys' streams end and reopen
+// on the other two at their next report. Across the event no 5 s window
+// is allowed more than 110% of the limit, no Envoy is left without an
+// assignment from a replica, the dead replica's demand stops counting
+// within its records' TTL (three report intervals) and a refresh, and 5 s
+// after that the Envoys are within 10% of the limit again.
+func TestRLQSReplicaKilled(t *testing.T) {
+	skipShort(t)
+	for _, b := range []rlqsBackend{rlqsSingle, rlqsCluster} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			testReplicaKilled(t, b.args(t))
+		})
+	}
+}
+
+func testReplicaKilled(t *testing.T, store []string) {
+	replicas := []*quotaReplica{startQuotaReplica(t, "A", store, ""), startQuotaReplica(t, "B", store, ""), startQuotaReplica(t, "C", store, "")}
+	f := startFleet(t, replicas, 30, 10, 60, rlqsShared)
+	origin := time.Now()
+	time.Sleep(rlqsWarmUp + 2*time.Second)
+	steady := time.Now()
+	for _, r := range replicas {
+		if n := r.levelReplicas(); n != 3 {
+			t.Fatalf("replica %s counts %d replicas on the level before the kill, want 3", r.name, n)
+		}
+	}
+
+	victim, survivors := replicas[2], replicas[:2]
+	victim.cmd.Process.Kill()
+	victim.cmd.Wait()
+	killed := time.Now()
+	// Its records live three report intervals from its last exchange, and
+	// the survivors read the level again a refresh after their last
+	// exchange, at their next report.
+	gone := 3*rlqsInterval + rlqs.DefaultRefresh + rlqsInterval
+	waitUntil(t, gone+time.Second, "the dead replica's demand no longer counted", func() bool {
+		for _, r := range survivors {
+			if r.levelReplicas() != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	forgotten := time.Now()
+	time.Sleep(faultWindow + faultWindow)
+	last := time.Now()
+
+	t.Logf("replica C killed at %.1fs, no longer counted %s after; per second:%s", killed.Sub(origin).Seconds(),
+		forgotten.Sub(killed).Round(10*time.Millisecond), f.timeline(origin, last))
+	if took := forgotten.Sub(killed); took > gone {
+		t.Errorf("the dead replica's demand counted %s after the kill, past its records' TTL, a refresh and a report (%s)", took, gone)
+	}
+	f.checkWithinLimit(t, steady, last, origin)
+	f.checkNear(t, "before the kill", steady.Add(-faultWindow))
+	f.checkNear(t, "from 5 s after the dead replica stopped counting", forgotten.Add(faultWindow))
+	if n := f.unassigned(steady, last); n > 0 {
+		t.Errorf("%d Envoys at once held no assignment from a replica", n)
+	}
+	for _, e := range f.envoys {
+		if s := e.inst.Stats(); s.StreamsOpened < 1 {
+			t.Errorf("%s opened no stream", e.name)
+		}
+	}
+	if t.Failed() {
+		explainFleet(t, f)
 	}
 }
