@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/grpcconn"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
@@ -69,5 +70,5 @@ func quotaService(s *settings, st store, red *redis.Store, config func() *descri
 	return rlqs.New(rlqs.Options{Store: st, Registry: registry, Config: config, Usage: usage, Logger: log, Observer: obs,
 		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailStatic: s.rlqs.failStatic, FailureMode: mode, StoreTimeout: s.storeTimeout,
 		MaxStreams: s.rlqs.maxStreams, MaxBuckets: s.rlqs.maxBuckets, MaxTotalBuckets: s.rlqs.maxTotalBuckets, MaxBucketsPerReport: s.rlqs.maxBucketsPerReport,
-		MaxEntries: s.maxEntries, MaxEntryBytes: s.maxEntryBytes})
+		MaxEntries: s.maxEntries, MaxEntryBytes: s.maxEntryBytes, CloseConn: grpcconn.Close})
 }

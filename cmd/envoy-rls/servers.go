@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/envoy-rls/envoy-rls/pkg/certs"
+	"github.com/envoy-rls/envoy-rls/pkg/grpcconn"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -73,6 +74,7 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 		grpcOpts = append(grpcOpts, grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionAge: s.grpcMaxConnAge, MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace}))
 	}
+	var creds credentials.TransportCredentials // plaintext unless TLS
 	if s.grpcTLSCert != "" {
 		var tlsOpts []certs.ServerOption
 		if s.grpcTLSClientSAN != "" {
@@ -85,8 +87,11 @@ func (a *app) startServers(ctx context.Context, s *settings, svc *rls.Service, q
 		if err := tlsFiles.Watch(ctx); err != nil {
 			log.Warn("TLS files will not be reloaded when they change", "err", err)
 		}
-		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.Config())))
+		creds = credentials.NewTLS(tlsFiles.Config())
 	}
+	// A stream whose client stops reading its answers is ended with its
+	// connection (rlqs.Options.CloseConn): the credentials let it be found.
+	grpcOpts = append(grpcOpts, grpc.Creds(grpcconn.Credentials(creds)))
 	// /json has no client certificates to check: where gRPC requires them,
 	// it would be a way around them, so it is off unless asked for.
 	jsonOn := s.httpJSON.or(s.grpcTLSClientCA == "")

@@ -20,6 +20,7 @@ type quotaMetrics struct {
 	abandons prometheus.Counter
 	failures prometheus.Counter
 	static   prometheus.Counter
+	stalled  prometheus.Counter
 }
 
 // RLQS returns the Rate Limit Quota Service's metrics, registered with the
@@ -40,8 +41,10 @@ func (m *Metrics) RLQS() rlqs.Observer {
 			Help: "RLQS reports the store or the registry could not serve, answered by the failure mode."}),
 		static: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_fail_static_total",
 			Help: "RLQS reports the store or the registry could not serve, answered from the last division known (-rlqs-fail-static)."}),
+		stalled: prometheus.NewCounter(prometheus.CounterOpts{Name: "envoy_rls_rlqs_stalled_streams_total",
+			Help: "RLQS streams ended because their client did not read an answer for the stream's assignment TTL."}),
 	}
-	m.registry.MustRegister(q.reports, q.reported, q.assignments, q.abandons, q.failures, q.static)
+	m.registry.MustRegister(q.reports, q.reported, q.assignments, q.abandons, q.failures, q.static, q.stalled)
 	q.assigned = map[string][2]prometheus.Counter{}
 	for _, kind := range []string{"token_bucket", "allow_all", "deny_all"} {
 		q.assigned[kind] = [2]prometheus.Counter{q.assignments.WithLabelValues(kind, "false"), q.assignments.WithLabelValues(kind, "true")}
@@ -74,6 +77,8 @@ func (q *quotaMetrics) Assigned(kind string, changed bool) {
 func (q *quotaMetrics) Failed() { q.failures.Inc() }
 
 func (q *quotaMetrics) FailStatic() { q.static.Inc() }
+
+func (q *quotaMetrics) Stalled() { q.stalled.Inc() }
 
 // WatchRLQS exports the service's own counts, read at each scrape: the
 // streams open and the buckets they report.

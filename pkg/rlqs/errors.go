@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,6 +33,16 @@ type notReady struct{ msg string }
 
 func (e *notReady) Error() string { return e.msg }
 
+// stalledError ends a stream whose client has not taken an answer for
+// the stream's TTL.
+type stalledError struct{ after time.Duration }
+
+func errStalled(after time.Duration) error { return &stalledError{after: after} }
+
+func (e *stalledError) Error() string {
+	return fmt.Sprintf("an answer of this stream was not read for %s (its assignments' TTL): the stream is ended; a client must read its answers", e.after)
+}
+
 // errClosing ends a stream when the service closes.
 var errClosing = errors.New("the server is shutting down: reconnect to another replica")
 
@@ -42,6 +53,7 @@ func grpcStatus(err error) error {
 		bad *badReport
 		cp  *capError
 		nr  *notReady
+		sl  *stalledError
 	)
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
@@ -50,6 +62,8 @@ func grpcStatus(err error) error {
 		return status.Error(codes.InvalidArgument, bad.msg)
 	case errors.As(err, &cp):
 		return status.Error(codes.ResourceExhausted, cp.msg)
+	case errors.As(err, &sl):
+		return status.Error(codes.ResourceExhausted, sl.Error())
 	case errors.As(err, &nr):
 		return status.Error(codes.Unavailable, nr.msg)
 	case errors.Is(err, errClosing):

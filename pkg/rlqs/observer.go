@@ -15,6 +15,9 @@ type Observer interface {
 	// FailStatic is a report the store or registry could not serve,
 	// answered from the last division known.
 	FailStatic()
+	// Stalled is a stream ended because its client did not read an
+	// answer for the stream's TTL.
+	Stalled()
 }
 
 type noObserver struct{}
@@ -23,3 +26,4 @@ func (noObserver) Report(int)            {}
 func (noObserver) Assigned(string, bool) {}
 func (noObserver) Failed()               {}
 func (noObserver) FailStatic()           {}
+func (noObserver) Stalled()              {}

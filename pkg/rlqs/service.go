@@ -96,6 +96,12 @@ type Options struct {
 	// FailureMode says what is sent while the store or registry fails,
 	// once FailStatic is over.
 	FailureMode FailureMode
+	// CloseConn closes the connection of the call of ctx: that of a
+	// stream ended because its client did not read its answers, which
+	// gRPC keeps queued behind the stream's window until the client reads
+	// or its connection goes (grpcconn.Close). nil: the stream alone is
+	// ended.
+	CloseConn func(ctx context.Context) bool
 	// StoreTimeout bounds each store and registry call; default 1s.
 	StoreTimeout time.Duration
 	// MaxStreams, MaxBuckets (per stream), MaxTotalBuckets (all streams

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -443,6 +444,99 @@ func TestFailStaticAnswersFromTheLastDivision(t *testing.T) {
 	// own next one).
 	if n := h.store.count(t, "edge|user=alice", limit.Rate{RequestsPerUnit: 100, Unit: limit.Second}.Limit(), h.clock.Now()); n != 31*50 {
 		t.Errorf("the bucket holds %d once the store is back, want the %d a allowed while it failed", n, 31*50)
+	}
+}
+
+// stuckStream opens a stream that sends reports of 2,000 buckets, a
+// second apart on the harness's clock, and never reads the answers, and
+// returns once the service's answers to it are stuck: gRPC's windows grow
+// with what is sent at once, but they fill all the same.
+func stuckStream(t *testing.T, h *harness, obs *countingObserver) {
+	t.Helper()
+	slow := h.envoy(t, "edge")
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge"}
+	for i := range 2000 {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:           &rlqsv3.BucketId{Bucket: map[string]string{"user": fmt.Sprintf("a-user-with-a-long-name-%06d", i)}},
+			NumRequestsAllowed: 1, TimeElapsed: durationpb.New(0)})
+	}
+	go func() {
+		for slow.stream.Send(m) == nil {
+			h.clock.add(time.Second)
+		}
+	}()
+	waitFor(t, 2*time.Second, "the slow stream's buckets", func() bool { return h.svc.Buckets() >= 2000 })
+	for reports := uint64(0); ; {
+		time.Sleep(500 * time.Millisecond)
+		n := obs.reports.Load()
+		if n == reports {
+			return
+		}
+		reports = n
+	}
+}
+
+// TestStreamThatStopsReading: a client that sends reports of 2,000
+// buckets and never reads the answers. Once its answers are stuck, the
+// service ends the stream after its TTL (3 s, reports 1 s apart),
+// freeing its buckets; meanwhile another stream's reports are answered
+// as ever.
+func TestStreamThatStopsReading(t *testing.T) {
+	obs := &countingObserver{}
+	h := newHarness(t, testConfig, Options{Observer: obs})
+	fast := h.envoy(t, "edge")
+	fast.mustReport(usage{bucket: alice(), allowed: 1})
+	stuckStream(t, h, obs)
+	start := time.Now()
+	for time.Since(start) < 10*time.Second && h.svc.Streams() > 1 {
+		began := time.Now()
+		if acts := fast.mustReport(usage{bucket: alice(), allowed: 1}); len(acts) != 1 {
+			t.Fatalf("the other stream: %d actions", len(acts))
+		}
+		if took := time.Since(began); took > time.Second {
+			t.Fatalf("the other stream's report took %s while the slow one was stuck", took)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ended := time.Since(start)
+	if n := h.svc.Streams(); n != 1 {
+		t.Fatalf("%d streams %s after the slow one's answers were stuck, want it ended after its TTL (3 s)", n, ended)
+	}
+	t.Logf("the slow stream ended %s after its answers were stuck, after %d reports", ended.Round(10*time.Millisecond), obs.reports.Load())
+	if obs.stalled.Load() != 1 {
+		t.Fatalf("%d streams counted stalled, want 1", obs.stalled.Load())
+	}
+	if n := h.svc.Buckets(); n != 1 {
+		t.Fatalf("%d buckets held once the slow stream ended, want the other's 1", n)
+	}
+}
+
+// TestCloseWithAStuckAnswer: Close ends a stream whose answer is stuck at
+// once, without waiting for the answer (which waits for its client).
+func TestCloseWithAStuckAnswer(t *testing.T) {
+	obs := &countingObserver{}
+	h := newHarness(t, testConfig, Options{Observer: obs})
+	stuckStream(t, h, obs)
+	h.svc.Close()
+	waitFor(t, time.Second, "stream ended by Close", func() bool { return h.svc.Streams() == 0 })
+}
+
+// countingObserver counts reports and stalled streams.
+type countingObserver struct {
+	noObserver
+	reports, stalled atomic.Uint64
+}
+
+func (o *countingObserver) Report(int) { o.reports.Add(1) }
+func (o *countingObserver) Stalled()   { o.stalled.Add(1) }
+
+// waitFor polls cond every 10 ms for at most d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no %s after %s", what, d)
+		}
 	}
 }
 

@@ -64,14 +64,16 @@ type answer struct {
 
 // serve reads reports and answers each until the stream ends. A report
 // is read, served and answered on one goroutine, without a hand-off per
-// report; the handler's own waits for the stream's end, the client's or
-// the service's, and once a report being served is answered, returns.
+// report; the handler's own waits for the stream's end: the client's, the
+// service's, or an answer its client has not taken for the stream's TTL
+// (a client that stops reading: its assignments have expired by then).
+// Once no report is being served, the handler returns; an answer still
+// being sent is cut short by the stream's end, never waited for, so a
+// client that does not read holds neither the handler nor the service's
+// shutdown.
 func (st *stream) serve(ss grpc.ServerStream) error {
 	ctx := ss.Context()
-	var (
-		mu      sync.Mutex // held while a report is served
-		stopped bool       // the handler has returned: serve no more
-	)
+	g := newGate()
 	ended := make(chan error, 1)
 	go func() {
 		for {
@@ -80,14 +82,27 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 				ended <- err
 				return
 			}
-			mu.Lock()
-			if stopped {
-				mu.Unlock()
+			if !g.serving() {
 				return
 			}
-			err := st.serveReport(ctx, ss, m.Bytes)
-			mu.Unlock()
+			a, err := st.serveReport(ctx, m.Bytes)
 			if err != nil {
+				g.served(false)
+				ended <- err
+				return
+			}
+			if a.actions == 0 {
+				g.served(false)
+				continue
+			}
+			if !g.served(true) {
+				return
+			}
+			after := time.Duration(st.ttl()) * time.Second
+			stall := time.AfterFunc(after, func() { g.stall(after) })
+			err = ss.SendMsg(&rawgrpc.Message{Bytes: a.msg})
+			stall.Stop()
+			if !g.sent() || err != nil {
 				ended <- err
 				return
 			}
@@ -103,25 +118,92 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 		if err == io.EOF {
 			err = nil
 		}
+	case <-g.stalled:
+		err = errStalled(g.after)
+		st.svc.obs.Stalled()
+		if st.svc.opts.CloseConn != nil {
+			st.svc.opts.CloseConn(ctx)
+		}
 	}
-	mu.Lock()
-	stopped = true
-	mu.Unlock()
+	g.stop()
 	return err
 }
 
-// serveReport reads one report, serves it and sends its answer.
-func (st *stream) serveReport(ctx context.Context, ss grpc.ServerStream, msg []byte) error {
+// gate orders a stream's reader and its handler: the reader serves a
+// report, then sends its answer; once the handler has stopped it, the
+// reader serves and sends nothing more, and the handler waits for a
+// report being served, not for an answer being sent.
+type gate struct {
+	mu      sync.Mutex
+	idle    sync.Cond
+	busy    bool // a report is being served
+	sending bool // an answer is being sent
+	stopped bool
+	stalled chan struct{} // closed once an answer was not taken in time,
+	after   time.Duration // ... which it was given
+	once    sync.Once
+}
+
+func newGate() *gate {
+	g := &gate{stalled: make(chan struct{})}
+	g.idle.L = &g.mu
+	return g
+}
+
+// serving starts serving a report, unless the handler has stopped.
+func (g *gate) serving() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.busy = !g.stopped
+	return g.busy
+}
+
+// served ends serving a report, and starts sending its answer if send
+// is set and the handler has not stopped, which it reports.
+func (g *gate) served(send bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.busy = false
+	g.idle.Broadcast()
+	g.sending = send && !g.stopped
+	return g.sending
+}
+
+// sent ends sending an answer, and reports whether to go on.
+func (g *gate) sent() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sending = false
+	return !g.stopped
+}
+
+// stall reports an answer not taken in after.
+func (g *gate) stall(after time.Duration) {
+	g.once.Do(func() {
+		g.after = after
+		close(g.stalled)
+	})
+}
+
+// stop stops the reader, once no report is being served.
+func (g *gate) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	for g.busy {
+		g.idle.Wait()
+	}
+}
+
+// serveReport reads one report and serves it, returning its answer.
+func (st *stream) serveReport(ctx context.Context, msg []byte) (answer, error) {
 	r, err := parseReportInto(msg, &st.parsed)
 	if err != nil {
-		return badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
+		return answer{}, badReportf("a report that is not a RateLimitQuotaUsageReports: %v", err)
 	}
 	a, err := st.report(ctx, r)
 	clear(r.usages) // their BucketIds are the message's: let it go
-	if err != nil || a.actions == 0 {
-		return err
-	}
-	return ss.SendMsg(&rawgrpc.Message{Bytes: a.msg})
+	return a, err
 }
 
 // report serves one usage report: the buckets it names subscribe, their

@@ -10,12 +10,14 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/rlqsclient"
@@ -434,4 +436,151 @@ func testReplicaKilled(t *testing.T, store []string) {
 	if t.Failed() {
 		explainFleet(t, f)
 	}
+}
+
+// bigReporter opens a stream on its own connection to addr that sends
+// reports of buckets buckets of its own (named after name), as fast as
+// the service reads them. If read, it reads their answers and stops after
+// reports of them, closing its stream; if not, it never reads an answer
+// and sends until its stream or connection fails. It returns how many
+// reports it sent once it stops.
+func bigReporter(t *testing.T, addr string, name string, buckets, reports int, read bool) <-chan int {
+	t.Helper()
+	conn := dial(t, addr)
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge"}
+	for i := range buckets {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:           &rlqsv3.BucketId{Bucket: map[string]string{"user": fmt.Sprintf("%s-user-%06d", name, i)}},
+			NumRequestsAllowed: 1, TimeElapsed: durationpb.New(time.Second)})
+	}
+	sent := make(chan int, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		n := 0
+		defer func() { sent <- n }()
+		stream, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			return
+		}
+		for (!read || n < reports) && stream.Send(m) == nil {
+			n++
+			if read {
+				if _, err := stream.Recv(); err != nil {
+					return
+				}
+			}
+		}
+		stream.CloseSend()
+		stream.Recv() // the end
+	}()
+	return sent
+}
+
+// heapAfterGC is the replica's heap in use after a collection, in bytes
+// (it needs -pprof).
+func (r *quotaReplica) heapAfterGC(t *testing.T) float64 {
+	t.Helper()
+	if _, err := r.get("/debug/pprof/heap?gc=1"); err != nil {
+		t.Fatal(err)
+	}
+	return scrape(t, r.httpAddr, "go_memstats_heap_alloc_bytes")
+}
+
+// TestRLQSSlowReaders: 20 clients, each on its own connection, send
+// reports of 2,000 buckets and never read an answer. Once gRPC's windows
+// are full, the service's answers to them wait, and what they hold stops
+// growing; after the streams' TTL (3 s) each is ended with its
+// connection, and what it held is given back: the heap is then what it
+// was after the same clients had reported the same buckets, read their
+// answers and left. An Envoy on the same replica meanwhile is answered at
+// every report.
+func TestRLQSSlowReaders(t *testing.T) {
+	skipShort(t)
+	const slow, buckets = 20, 2000
+	r := startQuotaReplica(t, "A", nil, "", "-pprof")
+	e := startEnvoy(t, "Envoy", r, 50)
+	time.Sleep(rlqsWarmUp)
+	// settled is the heap once the buckets the clients reported have gone
+	// idle, and the store and the registry have swept them.
+	settled := func() float64 {
+		last := r.heapAfterGC(t)
+		for end := time.Now().Add(15 * time.Second); time.Now().Before(end); {
+			time.Sleep(time.Second)
+			h := r.heapAfterGC(t)
+			if math.Abs(h-last) < 256<<10 {
+				return h
+			}
+			last = h
+		}
+		return last
+	}
+	sendAll := func(read bool) (sent int) {
+		var done []<-chan int
+		for i := range slow {
+			done = append(done, bigReporter(t, r.grpcAddr, fmt.Sprintf("c%d", i), buckets, 3, read))
+		}
+		for _, d := range done {
+			select {
+			case n := <-d:
+				sent += n
+			case <-time.After(30 * time.Second):
+				t.Fatal("a client's stream did not end")
+			}
+		}
+		return sent
+	}
+	// The same clients, reading their answers: what their buckets leave.
+	sendAll(true)
+	waitUntil(t, 10*time.Second, "the clients' streams closed", func() bool { return scrape(t, r.httpAddr, "envoy_rls_rlqs_streams") == 1 })
+	base := settled()
+	before := e.inst.Stats().ResponsesReceived
+
+	sent := make(chan int, 1)
+	go func() { sent <- sendAll(false) }()
+	// Stuck: no more reports of theirs read.
+	reported := func() float64 { return scrape(t, r.httpAddr, "envoy_rls_rlqs_reported_buckets_total") }
+	for last := -1.0; ; {
+		time.Sleep(300 * time.Millisecond)
+		n := reported()
+		if n-last < buckets {
+			break
+		}
+		last = n
+	}
+	stuck := time.Now()
+	held := r.heapAfterGC(t)
+	time.Sleep(time.Second)
+	later := r.heapAfterGC(t)
+	waitUntil(t, 10*time.Second, "the slow streams ended", func() bool { return scrape(t, r.httpAddr, "envoy_rls_rlqs_streams") == 1 })
+	ended := time.Since(stuck)
+	var n int
+	select {
+	case n = <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow clients' streams did not fail once the service ended them: their connections were left open, the answers queued on them")
+	}
+	after := settled()
+	t.Logf("%d slow streams: %d reports of %d buckets sent in all; stuck, the heap held %.1f MiB more than after the same clients had read their answers and left (%.0f KiB a stream: its %d buckets' state and its answers), a second later %+.2f MiB; ended %s after; then %+.2f MiB",
+		slow, n, buckets, (held-base)/(1<<20), (held-base)/slow/1024, buckets, (later-held)/(1<<20), ended.Round(10*time.Millisecond), (after-base)/(1<<20))
+	if n := scrape(t, r.httpAddr, "envoy_rls_rlqs_stalled_streams_total"); n != slow {
+		t.Errorf("%v streams counted stalled, want %d", n, slow)
+	}
+	if ended > 3*time.Second+2*time.Second {
+		t.Errorf("the slow streams ended %s after their answers were stuck, want about their TTL, 3 s", ended)
+	}
+	if later-held > 1<<20 {
+		t.Errorf("the heap grew %.1f MiB in a second while the slow streams were stuck, want it bounded", (later-held)/(1<<20))
+	}
+	if after-base > 2<<20 {
+		t.Errorf("the heap holds %.1f MiB more once the slow streams ended than once the same clients had left reading their answers, want what they held given back", (after-base)/(1<<20))
+	}
+	got := e.inst.Stats().ResponsesReceived - before
+	if want := int(time.Since(stuck)/rlqsInterval) - 1; got < want {
+		t.Errorf("the Envoy got %d answers meanwhile, want one a report interval (%d)", got, want)
+	}
+	if a, ok := e.inst.Assignment(rlqsAlice); !ok || a.Source != rlqsclient.FromServer {
+		t.Errorf("the Envoy's assignment: %+v, want one from the service", a)
+	}
+	checkNoMisreads(t, e)
 }
