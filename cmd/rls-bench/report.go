@@ -89,6 +89,8 @@ func (r *result) max() time.Duration {
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
+func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
 // jsonReport is the json format, and the field list of the tsv one.
 type jsonReport struct {
 	Requests   int64            `json:"requests"`

@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 )
 
 // The RLQS workload (rls-bench rlqs): N emulated Envoys, each on its own
@@ -31,7 +35,9 @@ import (
 
 // rlqsConfig is the parsed and checked command line of rlqs.
 type rlqsConfig struct {
-	addr      string
+	addr      string   // as given: host:port, or several, comma-separated
+	addrs     []string // its addresses
+	reopen    time.Duration
 	instances int
 	buckets   int
 	interval  time.Duration
@@ -60,8 +66,9 @@ func newRLQSFlags(stderr io.Writer) (*flag.FlagSet, *rlqsFlags) {
 	fs := flag.NewFlagSet("rls-bench rlqs", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &f.cfg
-	fs.StringVar(&c.addr, "target", "127.0.0.1:8081", "server `host:port` serving RLQS (plaintext gRPC)")
+	fs.StringVar(&c.addr, "target", "127.0.0.1:8081", "server `host:port` serving RLQS (plaintext gRPC); several, comma-separated, are replicas an Envoy cluster spreads its Envoys over: Envoy i goes to the i-th first (modulo their number), and to the next that answers once that one is gone")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "the same as -target")
+	fs.DurationVar(&c.reopen, "reopen", 0, "when a stream ends, open a new one and report on it within this (at a random moment), as a fleet that reconnects at once; 0: at the Envoy's next report, as Envoy does")
 	fs.IntVar(&c.instances, "instances", 50, "emulated Envoys, each with its own stream")
 	fs.IntVar(&c.buckets, "buckets", 200, "buckets each Envoy reports in every report")
 	fs.DurationVar(&c.interval, "interval", time.Second, "report interval of each Envoy (Envoy's own is 5s)")
@@ -91,6 +98,8 @@ func parseRLQSArgs(args []string, stderr io.Writer) (rlqsConfig, error) {
 	switch {
 	case c.addr == "":
 		return c, errors.New("-target must not be empty")
+	case c.reopen < 0:
+		return c, fmt.Errorf("-reopen must not be negative, got %v", c.reopen)
 	case c.instances < 1:
 		return c, fmt.Errorf("-instances must be at least 1, got %d", c.instances)
 	case c.buckets < 1:
@@ -116,6 +125,12 @@ func parseRLQSArgs(args []string, stderr io.Writer) (rlqsConfig, error) {
 	fs.Visit(func(fl *flag.Flag) { warmupSet = warmupSet || fl.Name == "warmup" })
 	if !warmupSet {
 		c.warmup = 3 * c.interval
+	}
+	for _, a := range strings.Split(c.addr, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			return c, fmt.Errorf("-target %q: an empty address", c.addr)
+		}
+		c.addrs = append(c.addrs, a)
 	}
 	if c.conns == 0 || c.conns > c.instances {
 		c.conns = c.instances
@@ -160,7 +175,7 @@ func runRLQS(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func rlqsLoad(ctx context.Context, cfg rlqsConfig) (*rlqsResult, error) {
 	conns := make([]*grpc.ClientConn, cfg.conns)
 	for i := range conns {
-		conn, err := grpc.NewClient(cfg.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := dialReplicas(cfg.addrs, i)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", cfg.addr, err)
 		}
@@ -238,6 +253,24 @@ func rlqsLoad(ctx context.Context, cfg rlqsConfig) (*rlqsResult, error) {
 	r := mergeRLQS(envoys, elapsed)
 	r.usage = after.minus(before)
 	return r, nil
+}
+
+// dialReplicas connects as an Envoy cluster of addrs does: to the i-th
+// (modulo their number) first, and once it is gone to the next that
+// answers (pick_first over them in that order).
+func dialReplicas(addrs []string, i int) (*grpc.ClientConn, error) {
+	if len(addrs) == 1 {
+		return grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	r := manual.NewBuilderWithScheme("replicas")
+	var state resolver.State
+	for j := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: addrs[(i+j)%len(addrs)]})
+	}
+	r.InitialState(state)
+	return grpc.NewClient(r.Scheme()+":///replicas", grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
+			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
 }
 
 // waitAnswers waits until every measured report has its answer, or grace

@@ -83,6 +83,9 @@ type envoyStats struct {
 	extra                   int64 // answers with no report due (any, measured or not)
 	streams, streamErrors   int64
 	firstErr                error
+	// reassigned are, for each stream that ended in error (the whole run),
+	// the time from its end to the first answer on another.
+	reassigned []time.Duration
 }
 
 // rlqsEnvoy is one emulated Envoy: its buckets, their assignments and its
@@ -91,6 +94,7 @@ type envoyStats struct {
 type rlqsEnvoy struct {
 	client   rlqsv3.RateLimitQuotaServiceClient
 	interval time.Duration
+	reopen   time.Duration
 	requests float64
 	ids      []bucketID
 	index    map[string]int
@@ -99,6 +103,7 @@ type rlqsEnvoy struct {
 	last     time.Time // the last report, zero before the first
 	quit     chan struct{}
 	stopOnce sync.Once
+	retry    chan struct{} // a stream ended in error: reopen within reopen
 
 	measuring atomic.Bool
 
@@ -107,18 +112,23 @@ type rlqsEnvoy struct {
 	stream  *rlqsStream
 	closing bool // the run is over: a stream's end is no error
 	st      envoyStats
+	// endedAt is when its stream ended in error, until an answer on
+	// another comes; zero otherwise.
+	endedAt time.Time
 }
 
 func newRLQSEnvoy(cfg rlqsConfig, n int, ids []bucketID, conn grpc.ClientConnInterface) *rlqsEnvoy {
 	e := &rlqsEnvoy{
 		client:   rlqsv3.NewRateLimitQuotaServiceClient(conn),
 		interval: cfg.interval,
+		reopen:   cfg.reopen,
 		requests: cfg.requests,
 		ids:      ids,
 		index:    make(map[string]int, len(ids)),
 		msg:      &rlqsv3.RateLimitQuotaUsageReports{Domain: cfg.domain},
 		rng:      rand.New(rand.NewPCG(cfg.seed, uint64(n))),
 		quit:     make(chan struct{}),
+		retry:    make(chan struct{}, 1),
 		quotas:   make([]quota, len(ids)),
 		st:       envoyStats{actions: map[string]int64{}},
 	}
@@ -159,11 +169,16 @@ func (e *rlqsEnvoy) pending() int {
 
 // run reports at first, then every interval on a fixed schedule (a late
 // tick skips the ones it missed rather than bunch them), until quit; then
-// closes its stream and waits for ctx, which ends the call.
+// closes its stream and waits for ctx, which ends the call. With reopen,
+// a stream that ends in error is opened again, with a report, at a random
+// moment within reopen.
 func (e *rlqsEnvoy) run(ctx context.Context, first time.Time) {
 	next := first
 	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,6 +189,15 @@ func (e *rlqsEnvoy) run(ctx context.Context, first time.Time) {
 			<-ctx.Done()
 			e.end()
 			return
+		case <-e.retry:
+			e.mu.Lock()
+			delay := time.Duration(e.rng.Int64N(int64(e.reopen)))
+			e.mu.Unlock()
+			again.Reset(delay)
+			continue
+		case <-again.C:
+			e.tick(ctx, time.Now())
+			continue
 		case <-t.C:
 		}
 		e.tick(ctx, time.Now())
@@ -268,6 +292,10 @@ func (e *rlqsEnvoy) read(s *rlqsStream) {
 		}
 		now := time.Now()
 		e.mu.Lock()
+		if !e.endedAt.IsZero() {
+			e.st.reassigned = append(e.st.reassigned, now.Sub(e.endedAt))
+			e.endedAt = time.Time{}
+		}
 		var r sentReport
 		if len(s.due) == 0 {
 			e.st.extra++
@@ -320,6 +348,15 @@ func (e *rlqsEnvoy) ended(s *rlqsStream, err error) {
 		s.due = nil
 		if err != io.EOF {
 			e.failed(err)
+			if !e.closing && e.endedAt.IsZero() {
+				e.endedAt = time.Now()
+				if e.reopen > 0 {
+					select {
+					case e.retry <- struct{}{}:
+					default:
+					}
+				}
+			}
 		}
 	}
 	if e.stream == s {

@@ -26,6 +26,8 @@ type rlqsResult struct {
 	streams, streamErrors   int64
 	firstErr                error
 	usage                   costs
+	reassigned              []time.Duration // sorted
+	notReassigned           int64           // streams ended in error, and no answer on another since
 }
 
 func mergeRLQS(envoys []*rlqsEnvoy, elapsed time.Duration) *rlqsResult {
@@ -49,12 +51,17 @@ func mergeRLQS(envoys []*rlqsEnvoy, elapsed time.Duration) *rlqsResult {
 		r.extra += st.extra
 		r.streams += st.streams
 		r.streamErrors += st.streamErrors
+		r.reassigned = append(r.reassigned, st.reassigned...)
+		if !e.endedAt.IsZero() {
+			r.notReassigned++
+		}
 		if r.firstErr == nil {
 			r.firstErr = st.firstErr
 		}
 		e.mu.Unlock()
 	}
 	slices.Sort(r.latencies)
+	slices.Sort(r.reassigned)
 	return r
 }
 
@@ -75,36 +82,44 @@ type rlqsJSON struct {
 	// ServedMessages are those whose answers came while measuring, what
 	// the costs are divided by (the same in a steady state; fewer when the
 	// service falls behind).
-	Messages          int64              `json:"messages"`
-	BucketReports     int64              `json:"bucket_reports"`
-	BucketReportsPerS float64            `json:"bucket_reports_per_s"`
-	ServedMessages    int64              `json:"served_messages"`
-	Served            int64              `json:"served_bucket_reports"`
-	ServedPerS        float64            `json:"served_bucket_reports_per_s"`
-	Answered          int64              `json:"answered"` // of the messages sent while measuring
-	Unanswered        int64              `json:"unanswered"`
-	ShortAnswers      int64              `json:"short_answers"`
-	UnknownActions    int64              `json:"unknown_actions"`
-	Actions           map[string]int64   `json:"actions"`
-	P50us             float64            `json:"p50_us"`
-	P90us             float64            `json:"p90_us"`
-	P99us             float64            `json:"p99_us"`
-	MaxUs             float64            `json:"max_us"`
-	Allowed           uint64             `json:"allowed"`
-	Denied            uint64             `json:"denied"`
-	GovernedPerS      float64            `json:"governed_per_s"` // requests the reports sent counted, a second
-	Streams           int64              `json:"streams"`
-	StreamErrors      int64              `json:"stream_errors"`
-	LoadCPUus         float64            `json:"load_cpu_us_per_bucket_report"` // per bucket report sent
-	ServerCPUus       *float64           `json:"server_cpu_us_per_bucket_report,omitempty"`
-	ServerCPUmsgUs    *float64           `json:"server_cpu_us_per_message,omitempty"`
-	ServerCPUns       *float64           `json:"server_cpu_ns_per_governed,omitempty"`
-	RedisCalls        *float64           `json:"redis_calls_per_message,omitempty"` // script calls
-	RedisCmds         *float64           `json:"redis_cmds_per_message,omitempty"`  // every command but INFO, the scripts' own included
-	RedisCommands     map[string]float64 `json:"redis_commands_per_message,omitempty"`
-	RedisCPUus        *float64           `json:"redis_cpu_us_per_bucket_report,omitempty"`
-	RedisCPUns        *float64           `json:"redis_cpu_ns_per_governed,omitempty"`
-	FirstError        string             `json:"first_error,omitempty"`
+	Messages          int64            `json:"messages"`
+	BucketReports     int64            `json:"bucket_reports"`
+	BucketReportsPerS float64          `json:"bucket_reports_per_s"`
+	ServedMessages    int64            `json:"served_messages"`
+	Served            int64            `json:"served_bucket_reports"`
+	ServedPerS        float64          `json:"served_bucket_reports_per_s"`
+	Answered          int64            `json:"answered"` // of the messages sent while measuring
+	Unanswered        int64            `json:"unanswered"`
+	ShortAnswers      int64            `json:"short_answers"`
+	UnknownActions    int64            `json:"unknown_actions"`
+	Actions           map[string]int64 `json:"actions"`
+	P50us             float64          `json:"p50_us"`
+	P90us             float64          `json:"p90_us"`
+	P99us             float64          `json:"p99_us"`
+	MaxUs             float64          `json:"max_us"`
+	Allowed           uint64           `json:"allowed"`
+	Denied            uint64           `json:"denied"`
+	GovernedPerS      float64          `json:"governed_per_s"` // requests the reports sent counted, a second
+	Streams           int64            `json:"streams"`
+	StreamErrors      int64            `json:"stream_errors"`
+	// Reassigned counts, over the whole run, the Envoys whose stream ended
+	// in error and that were answered on another since, and how long that
+	// took; NotReassigned those not answered again by the end.
+	Reassigned      int64              `json:"reassigned"`
+	ReassignedP50ms float64            `json:"reassigned_p50_ms"`
+	ReassignedP99ms float64            `json:"reassigned_p99_ms"`
+	ReassignedMaxMs float64            `json:"reassigned_max_ms"`
+	NotReassigned   int64              `json:"not_reassigned"`
+	LoadCPUus       float64            `json:"load_cpu_us_per_bucket_report"` // per bucket report sent
+	ServerCPUus     *float64           `json:"server_cpu_us_per_bucket_report,omitempty"`
+	ServerCPUmsgUs  *float64           `json:"server_cpu_us_per_message,omitempty"`
+	ServerCPUns     *float64           `json:"server_cpu_ns_per_governed,omitempty"`
+	RedisCalls      *float64           `json:"redis_calls_per_message,omitempty"` // script calls
+	RedisCmds       *float64           `json:"redis_cmds_per_message,omitempty"`  // every command but INFO, the scripts' own included
+	RedisCommands   map[string]float64 `json:"redis_commands_per_message,omitempty"`
+	RedisCPUus      *float64           `json:"redis_cpu_us_per_bucket_report,omitempty"`
+	RedisCPUns      *float64           `json:"redis_cpu_ns_per_governed,omitempty"`
+	FirstError      string             `json:"first_error,omitempty"`
 }
 
 // per returns n / d, or 0 when d is 0.
@@ -139,7 +154,10 @@ func (r *rlqsResult) report(cfg rlqsConfig) rlqsJSON {
 		P99us: micros(percentile(r.latencies, 9900)), MaxUs: micros(maxOf(r.latencies)),
 		Allowed: r.allowed, Denied: r.denied, GovernedPerS: per(governed, secs),
 		Streams: r.streams, StreamErrors: r.streamErrors,
-		LoadCPUus: per(micros(r.usage.self), float64(r.bucketReports)),
+		Reassigned: int64(len(r.reassigned)), NotReassigned: r.notReassigned,
+		ReassignedP50ms: millis(percentile(r.reassigned, 5000)), ReassignedP99ms: millis(percentile(r.reassigned, 9900)),
+		ReassignedMaxMs: millis(maxOf(r.reassigned)),
+		LoadCPUus:       per(micros(r.usage.self), float64(r.bucketReports)),
 	}
 	if j.Actions == nil {
 		j.Actions = map[string]int64{}
@@ -240,6 +258,11 @@ func writeRLQSText(w io.Writer, cfg rlqsConfig, j rlqsJSON) error {
 	fmt.Fprintf(tw, "actions\t%s\n", strings.Join(kinds, "  "))
 	fmt.Fprintf(tw, "governed\t%d requests (%d allowed, %d denied) = %.0f req/s\n", j.Allowed+j.Denied, j.Allowed, j.Denied, j.GovernedPerS)
 	fmt.Fprintf(tw, "streams\t%d opened, %d errors\n", j.Streams, j.StreamErrors)
+	if j.Reassigned+j.NotReassigned > 0 {
+		fmt.Fprintf(tw, "reassigned\t%d Envoys answered on another stream after theirs ended, p50 %s  p99 %s  max %s after; %d not answered again\n",
+			j.Reassigned, fmtDuration(time.Duration(j.ReassignedP50ms*1e6)), fmtDuration(time.Duration(j.ReassignedP99ms*1e6)),
+			fmtDuration(time.Duration(j.ReassignedMaxMs*1e6)), j.NotReassigned)
+	}
 	cpu := fmt.Sprintf("load %.2f µs/bucket report", j.LoadCPUus)
 	if j.ServerCPUus != nil {
 		cpu += fmt.Sprintf("; service %.2f µs/bucket report, %.0f µs/message, %.2f ns/governed request", *j.ServerCPUus, *j.ServerCPUmsgUs, *j.ServerCPUns)

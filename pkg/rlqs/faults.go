@@ -38,6 +38,29 @@ func (f *faultLog) note(s standing, now time.Time) bool {
 	return true
 }
 
+// rareLog logs a warning that may come once per stream (a fleet leaving
+// while the store is slow) at most once per faultLogEvery, with how many
+// were left out since the last.
+type rareLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (r *rareLog) warn(log *slog.Logger, msg string, args ...any) {
+	r.mu.Lock()
+	now := time.Now()
+	if now.Sub(r.last) < faultLogEvery {
+		r.skipped++
+		r.mu.Unlock()
+		return
+	}
+	skipped := r.skipped
+	r.last, r.skipped = now, 0
+	r.mu.Unlock()
+	log.Warn(msg, append(args, "more_since_the_last_such_line", skipped)...)
+}
+
 // record logs a report's standing, if it changed.
 func (f *faultLog) record(log *slog.Logger, s standing, opts *Options, chargeErr, publishErr error) {
 	if !f.note(s, time.Now()) {

@@ -27,6 +27,8 @@ type memStore struct {
 	*memory.Store
 	fail  atomic.Bool
 	delay atomic.Int64 // nanoseconds each call takes, bounded by its context
+	// inflight counts the calls under way, most the most at once.
+	inflight, most atomic.Int64
 }
 
 func newMemStore(t *testing.T) *memStore {
@@ -38,6 +40,10 @@ func newMemStore(t *testing.T) *memStore {
 }
 
 func (m *memStore) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
+	n := m.inflight.Add(1)
+	defer m.inflight.Add(-1)
+	for most := m.most.Load(); n > most && !m.most.CompareAndSwap(most, n); most = m.most.Load() {
+	}
 	if m.fail.Load() {
 		return context.DeadlineExceeded
 	}
@@ -537,6 +543,27 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("no %s after %s", what, d)
 		}
+	}
+}
+
+// TestReportsTakeTurns: with MaxAnswering 2, ten streams reporting at
+// once, each charge taking 50 ms, are all answered, never more than two
+// charged at once.
+func TestReportsTakeTurns(t *testing.T) {
+	h := newHarness(t, testConfig, Options{MaxAnswering: 2})
+	h.store.delay.Store(int64(50 * time.Millisecond))
+	var wg sync.WaitGroup
+	for i := range 10 {
+		e := h.envoy(t, "edge")
+		wg.Go(func() {
+			if acts := e.mustReport(usage{bucket: map[string]string{"user": fmt.Sprint("u", i)}, allowed: 1}); tokens(acts[0]) == nil {
+				t.Errorf("stream %d: %v, want a token bucket", i, acts[0])
+			}
+		})
+	}
+	wg.Wait()
+	if most := h.store.most.Load(); most != 2 {
+		t.Fatalf("at most %d charges at once, want 2", most)
 	}
 }
 

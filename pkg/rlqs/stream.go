@@ -360,7 +360,7 @@ func (st *stream) withdraw(closing bool) {
 	defer cancel()
 	for _, r := range []Registry{st.svc.opts.Registry, st.svc.opts.LocalRegistry} {
 		if err := r.Withdraw(ctx, st.instance, levels); err != nil {
-			st.svc.log.Warn("rlqs: a closed stream's buckets were not withdrawn; they expire instead", "err", err)
+			st.svc.withdrawLog.warn(st.svc.log, "rlqs: a closed stream's buckets were not withdrawn; they expire instead", "err", err)
 		}
 	}
 }
