@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/internal/rawgrpc"
@@ -33,20 +36,37 @@ func (nullServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rl
 	return okResponse, nil
 }
 
-func newNullFlags(stderr io.Writer) (*flag.FlagSet, *string) {
+type nullFlags struct {
+	listen, debug string
+}
+
+func newNullFlags(stderr io.Writer) (*flag.FlagSet, *nullFlags) {
 	fs := flag.NewFlagSet("rls-bench null", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8081", "`address` to listen on (port 0 picks a free one)")
-	return fs, listen
+	f := &nullFlags{}
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8081", "`address` to listen on (port 0 picks a free one)")
+	fs.StringVar(&f.debug, "debug-listen", "", "`address` to serve /metrics (the Go runtime's, under envoy-rls's names) and /debug/pprof/ on, to compare the memory it holds with envoy-rls's; empty: none")
+	return fs, f
 }
 
 // runNull serves until ctx is done, then stops gracefully.
 func runNull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, listen := newNullFlags(stderr)
+	fs, f := newNullFlags(stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return usageExit(stderr, "null", err)
 	}
-	lis, err := net.Listen("tcp", *listen)
+	if f.debug != "" {
+		dl, err := net.Listen("tcp", f.debug)
+		if err != nil {
+			fmt.Fprintf(stderr, "rls-bench null: %v\n", err)
+			return exitError
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.Handler())
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		go http.Serve(dl, mux)
+	}
+	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "rls-bench null: %v\n", err)
 		return exitError

@@ -16,13 +16,6 @@ const idleShare = 1.0 / 20
 // anew and returns each bucket's assignment.
 func (st *stream) answer(ctx context.Context, batch []*sub, levels []*streamLevel, now time.Time) answer {
 	svc := st.svc
-	// Its turn first (Options.MaxAnswering): the budget is for the calls.
-	select {
-	case svc.answering <- struct{}{}:
-		defer func() { <-svc.answering }()
-	case <-ctx.Done():
-		return answer{} // the stream ended meanwhile
-	}
 	ctx, cancel := context.WithTimeout(ctx, st.budget())
 	defer cancel()
 	sc := svc.scratch.Get().(*scratch)

@@ -105,12 +105,13 @@ type Options struct {
 	CloseConn func(ctx context.Context) bool
 	// StoreTimeout bounds each store and registry call; default 1s.
 	StoreTimeout time.Duration
-	// MaxAnswering is how many reports are answered at once (their store
-	// and registry calls); the others wait their turn. A fleet that
-	// reconnects at once sends a first report on every stream within a
-	// second: answered all at once, they would take every connection to
-	// the store and the CPUs from the RLS calls, which then miss their
-	// deadlines. 0: DefaultAnsweringPerCPU a CPU.
+	// MaxAnswering is how many reports are served at once (read, charged,
+	// divided and answered), on workers of the service's own; the others
+	// wait their turn. A fleet that reconnects at once sends a first
+	// report on every stream within a second: served all at once, they
+	// would take every connection to the store and the CPUs from the RLS
+	// calls, which then miss their deadlines. 0: DefaultAnsweringPerCPU a
+	// CPU.
 	MaxAnswering int
 	// MaxStreams, MaxBuckets (per stream), MaxTotalBuckets (all streams
 	// together) and MaxBucketsPerReport cap what clients may hold; 0 means
@@ -152,11 +153,10 @@ type Service struct {
 	faults  faultLog
 	// withdrawLog logs the withdrawals that failed.
 	withdrawLog rareLog
-	// answering holds a place for each report being answered
-	// (MaxAnswering).
-	answering chan struct{}
-	closing   chan struct{}
-	once      sync.Once
+	// workers serve the reports, MaxAnswering at once.
+	workers *workers
+	closing chan struct{}
+	once    sync.Once
 }
 
 // New returns a Service.
@@ -200,7 +200,7 @@ func New(opts Options) (*Service, error) {
 	id := make([]byte, 6)
 	rand.Read(id)
 	s := &Service{opts: opts, replica: hex.EncodeToString(id), log: opts.Logger, obs: opts.Observer,
-		open: map[*stream]struct{}{}, closing: make(chan struct{}), answering: make(chan struct{}, opts.MaxAnswering)}
+		open: map[*stream]struct{}{}, closing: make(chan struct{}), workers: newWorkers(opts.MaxAnswering)}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }

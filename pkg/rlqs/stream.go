@@ -85,7 +85,14 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 			if !g.serving() {
 				return
 			}
-			a, err := st.serveReport(ctx, m.Bytes)
+			var (
+				a   answer
+				err error
+			)
+			if !st.svc.workers.run(ctx, st.svc.closing, func() { a, err = st.serveReport(ctx, m.Bytes) }) {
+				g.served(false)
+				return // the stream or the service ended meanwhile
+			}
 			if err != nil {
 				g.served(false)
 				ended <- err
