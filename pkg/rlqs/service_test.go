@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,9 +155,10 @@ func (e *envoy) report(us ...usage) (*rlqsv3.RateLimitQuotaResponse, error) {
 			BucketId: &rlqsv3.BucketId{Bucket: u.bucket}, NumRequestsAllowed: u.allowed, NumRequestsDenied: u.denied,
 			TimeElapsed: durationpb.New(0)})
 	}
-	if err := e.stream.Send(m); err != nil {
+	if err := e.stream.Send(m); err != nil && err != io.EOF {
 		return nil, err
 	}
+	// On io.EOF the stream has ended: Recv says how.
 	return e.stream.Recv()
 }
 

@@ -36,10 +36,11 @@ const maxHold = 20 * time.Millisecond
 // there the figure is the longest command each node ran, from its
 // SLOWLOG, and the PINGs are only logged.
 //
-// A measurement over maxHold is made once more, and the test fails if
-// both are: a call that holds Redis delays every measurement (each took
-// 130 ms at least before calls were split), the machine's other load one
-// now and then.
+// A measurement over maxHold is made again, up to three in all, and the
+// test fails if all are: a call that holds Redis delays every measurement
+// (each took 130 ms at least before calls were split), the machine's
+// other load one now and then (the suites of other packages run beside
+// this one: a fleet of 2,000 emulated Envoys among them).
 func TestHugeRequestLetsOthersIn(t *testing.T) {
 	t.Run("Single", func(t *testing.T) {
 		srv := redistest.Start(t)
@@ -120,8 +121,8 @@ func hugeLetsOthersIn(t *testing.T, connect ClientOptions, nodes []*goredis.Clie
 			if worst <= maxHold {
 				break
 			}
-			if attempt == 2 {
-				t.Errorf("%s of %d buckets: Redis was held %v (more than %v) in both measurements", tc.name, len(buckets), worst, maxHold)
+			if attempt == 3 {
+				t.Errorf("%s of %d buckets: Redis was held %v (more than %v) in all three measurements", tc.name, len(buckets), worst, maxHold)
 				break
 			}
 		}
