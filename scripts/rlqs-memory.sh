@@ -24,27 +24,18 @@ rounds=${MEM_ROUNDS:-2}
 targets=${MEM_TARGETS:-null memory redis}
 
 cd "$(dirname "$0")/.."
+# shellcheck source=ports.sh
 source scripts/ports.sh
+# shellcheck source=workdir.sh
 source scripts/workdir.sh
+# shellcheck source=wait.sh
+source scripts/wait.sh
 
 log() { echo "rlqs-memory: $*" >&2; }
 for tool in go redis-server redis-cli curl; do
 	command -v "$tool" >/dev/null || { log "$tool is not on PATH"; exit 1; }
 done
 
-# wait_for PID COMMAND... runs COMMAND until it succeeds, for 10 s at
-# most, or until PID exits.
-wait_for() {
-	local p=$1
-	shift
-	for _ in $(seq 100); do
-		if "$@" >/dev/null 2>&1; then return 0; fi
-		kill -0 "$p" 2>/dev/null || { log "exited before it was ready: $*"; return 1; }
-		sleep 0.1
-	done
-	log "gave up waiting for: $*"
-	return 1
-}
 rss_kib() { awk '$1 == "VmRSS:" {print $2}' "/proc/$1/status"; }
 # live_kib reads the target's heap after a collection and its stacks, KiB.
 live_kib() {

@@ -13,7 +13,6 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -50,9 +49,7 @@ func dialCluster(t *testing.T, addrs []string) *grpc.ClientConn {
 	}
 	r.InitialState(state)
 	conn, err := grpc.NewClient(r.Scheme()+":///replicas", grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
-			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
+		grpc.WithTransportCredentials(insecure.NewCredentials()), reconnectWithinASecond)
 	if err != nil {
 		t.Fatal(err)
 	}

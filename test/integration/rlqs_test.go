@@ -244,13 +244,16 @@ type rlqsEnvoy struct {
 func (e *rlqsEnvoy) label() string       { return e.name }
 func (e *rlqsEnvoy) allowedSoFar() int64 { return e.allowed.Load() }
 
+// reconnectWithinASecond connects again within a second of a replica
+// coming back, as an Envoy's cluster does.
+var reconnectWithinASecond = grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
+	Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second})
+
 // dial connects to a replica as an Envoy's cluster would: reconnecting
 // within a second of a replica coming back.
 func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
-			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), reconnectWithinASecond)
 	if err != nil {
 		t.Fatal(err)
 	}
