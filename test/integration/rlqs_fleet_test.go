@@ -106,8 +106,8 @@ type fleetResult struct {
 }
 
 // TestRLQSFleetReconnects: 2,000 Envoys (rls-bench rlqs, on a connection
-// each) report 25 buckets every 5 s to two replicas of one Redis at their
-// default flags, 1,000 on each, while an RLS caller calls the first 200
+// each) report 25 buckets every 5 s to two replicas of one Redis (single,
+// then Cluster) at their default flags, 1,000 on each, while an RLS caller calls the first 200
 // times a second. The second replica is killed; its 1,000 Envoys open
 // streams on the first within a second, all of their buckets' first
 // reports at once. Every one of them is answered there within two report
@@ -117,17 +117,23 @@ type fleetResult struct {
 // calls took every connection to Redis and RLS calls failed.)
 func TestRLQSFleetReconnects(t *testing.T) {
 	skipShort(t)
+	// One after the other: each fleet takes the machine.
+	for _, b := range []rlqsBackend{rlqsSingle, rlqsCluster} {
+		t.Run(b.name, func(t *testing.T) { testFleetReconnects(t, b.args(t)) })
+	}
+}
+
+func testFleetReconnects(t *testing.T, store []string) {
 	const (
 		envoys   = 2000
 		buckets  = 25
 		interval = 5 * time.Second
 	)
-	srv := redistest.Start(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "fleet.yaml"), []byte(fleetConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	store := []string{"-config", dir, "-store", "redis", "-redis-url", srv.URL()}
+	store = append([]string{"-config", dir}, store...)
 	admin := func() string { return "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) }
 	a, b := launch(t, "", admin(), store...), launch(t, "", admin(), store...)
 	caller := startTimedCaller(t, a.grpcAddr, 200)
