@@ -34,7 +34,7 @@ func newRLQSFlags(fs *flag.FlagSet) *rlqsSettings {
 	fs.IntVar(&r.maxBuckets, "rlqs-max-buckets", rlqs.DefaultMaxBuckets, "the most buckets one RLQS stream reports; beyond, new buckets are sent nothing")
 	fs.IntVar(&r.maxTotalBuckets, "rlqs-max-buckets-total", rlqs.DefaultMaxTotalBuckets, "the most buckets all RLQS streams of this replica report together (each holds about 2 KiB with its levels); beyond, new buckets are sent nothing")
 	fs.IntVar(&r.maxBucketsPerReport, "rlqs-max-buckets-per-report", rlqs.DefaultMaxBucketsPerReport, "the most buckets one RLQS report names; beyond, InvalidArgument")
-	fs.DurationVar(&r.failStatic, "rlqs-fail-static", rlqs.DefaultFailStatic, "while the store fails, how long RLQS streams are still answered from the last division known, each replica keeping its part of each limit, before -failure-mode answers; 0 turns it off (the default with -failure-mode allow, deny or local)")
+	fs.DurationVar(&r.failStatic, "rlqs-fail-static", rlqs.DefaultFailStatic, "while the store fails, how long RLQS streams are still answered from the last division known, each replica keeping its part of each limit, before -failure-mode answers; 0 turns it off, -failure-mode answering once an exchange has failed for the streams' TTL (the default with -failure-mode allow, deny or local)")
 	return r
 }
 

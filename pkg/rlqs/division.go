@@ -26,11 +26,15 @@ type levelState struct {
 	// frozen is set while the level's exchanges fail: the peers' records
 	// are as of the last that did not, and the peers cannot read this
 	// replica's demands either. Its subscribers here then divide what
-	// they held at the last division before (the rate less claim, the
-	// part the peers held, their share of what no one used included), so
-	// that the replicas together still give out no more than the rate.
-	frozen bool
-	claim  float64
+	// they held at the last division before: the rate less the part the
+	// peers held (claim, a fraction of the rate, their share of what no
+	// one used included), so that replicas that all lose the store still
+	// give out no more than the rate together, whatever the rate becomes
+	// meanwhile. A level never divided with fresh records (claimed unset)
+	// has nothing to hold: frozen, it divides nothing.
+	frozen  bool
+	claim   float64
+	claimed bool
 	// budget is what the last division divided among sorted: the rate,
 	// or its part here while frozen.
 	budget float64
@@ -185,25 +189,29 @@ func (lv *levelState) divide(now time.Time) {
 		}
 	}
 	lv.budget = lv.rate
-	if lv.frozen {
-		lv.budget = max(lv.rate-lv.claim, 0)
+	switch {
+	case lv.frozen && lv.claimed:
+		lv.budget = lv.rate * max(1-lv.claim, 0)
+	case lv.frozen:
+		lv.budget = 0
 	}
 	slices.SortFunc(pts, func(a, b point) int { return cmp.Compare(a.demand, b.demand) })
 	lv.sorted, lv.sums, lv.counts = pts, runningSums(lv.sums[:0], pts, false), runningSums(lv.counts[:0], pts, true)
 	d.Fill = fillSorted(lv.budget, lv.sorted, lv.sums, lv.counts, 0)
 	if !lv.frozen {
-		lv.claim = lv.claimOf(d.Fill, n)
+		lv.claim, lv.claimed = lv.claimOf(d.Fill, n), true
 	}
-	d.Claim = lv.claim
+	d.Claim = lv.claim * lv.rate
 	lv.div, lv.latest, lv.joined, lv.dirty = d, latest, 0, false
 }
 
 // claimOf is the part of the rate the peers hold in a division of fill
-// level fill among n subscribers: their shares, and of what the shares
-// leave, their part by count. What a replica holds while its exchanges
-// fail is the rest (frozen), so the parts still add up to the rate.
+// level fill among n subscribers, as a fraction of the rate: their
+// shares, and of what the shares leave, their part by count. What a
+// replica holds while its exchanges fail is the rest (frozen), so the
+// parts still add up to the rate.
 func (lv *levelState) claimOf(fill, n float64) float64 {
-	if n <= 0 {
+	if n <= 0 || !(lv.rate > 0) {
 		return 0
 	}
 	theirs := 0.0
@@ -214,7 +222,7 @@ func (lv *levelState) claimOf(fill, n float64) float64 {
 	for _, h := range lv.subs.list {
 		used += math.Min(h.counted, fill)
 	}
-	return theirs + max(lv.rate-used, 0)*lv.othersCount/n
+	return min((theirs+max(lv.rate-used, 0)*lv.othersCount/n)/lv.rate, 1)
 }
 
 // add counts a demand of count subscribers in the division's figures.

@@ -240,6 +240,19 @@ func (m *MemoryRegistry) setOthers(got map[string][]Record, now time.Time, hold 
 	}
 }
 
+// divided reports whether each of levels was divided here with the
+// other replicas' records fresh at least once: what a frozen level holds.
+func (m *MemoryRegistry) divided(levels []string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, level := range levels {
+		if lv := m.levels[level]; lv == nil || !lv.claimed {
+			return false
+		}
+	}
+	return true
+}
+
 // freeze marks levels whose exchange failed: their subscribers here
 // divide what they held until one answers (levelState.freeze).
 func (m *MemoryRegistry) freeze(levels []string) {

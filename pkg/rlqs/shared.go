@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sync"
 	"time"
 )
@@ -56,8 +57,10 @@ type SharedRegistry struct {
 
 // seenLevel is when a level was last exchanged.
 type seenLevel struct {
-	at   time.Time // zero until the first exchange answers
-	busy bool      // an exchange of it is on its way
+	at time.Time // zero until the first exchange answers
+	// failing: its last exchange failed (the one on its way may answer).
+	failing bool
+	busy    bool // an exchange of it is on its way
 	// again: it changed here (a stream left, or joined) while busy: the
 	// exchange on its way sends it once more when it ends, so a fleet
 	// leaving together costs two exchanges, not one each.
@@ -83,9 +86,10 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	if now.After(r.last) {
 		r.last = now
 	}
-	r.hold = ttl
+	// The longest TTL any stream gives: what a peer's record may live.
+	r.hold = max(r.hold, ttl)
 	r.round++
-	var due []string
+	var due, levels []string
 	for i := range entries {
 		level := entries[i].Level
 		s := r.seen[level]
@@ -97,6 +101,7 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 			continue // a level of several entries: looked at once
 		}
 		s.round = r.round
+		levels = append(levels, level)
 		if s.busy && joined[level] {
 			s.again = true
 		}
@@ -113,30 +118,45 @@ func (r *SharedRegistry) Publish(ctx context.Context, now time.Time, ttl time.Du
 	r.mu.Unlock()
 	var err error
 	if len(due) > 0 {
-		if err = r.exchange(ctx, now, due); err != nil {
-			err = &StaleError{Since: r.exchangedSince(due), Err: err}
+		err = r.exchange(ctx, now, due)
+	}
+	// Stale are the levels whose last exchange failed: this publish's, or
+	// one before it for a level being exchanged again meanwhile.
+	if since, stale := r.staleSince(levels); stale {
+		if err == nil {
+			err = errExchangeFailing
 		}
+		if !r.local.divided(levels) {
+			since = time.Time{} // a level never divided with fresh records
+		}
+		err = &StaleError{Since: since, Err: err}
 	}
 	r.local.shares(now, entries)
 	return err
 }
 
-// exchangedSince is when levels were all last exchanged: the oldest of
-// their last exchanges, zero if one never was.
-func (r *SharedRegistry) exchangedSince(levels []string) time.Time {
+// errExchangeFailing is a level's last exchange failed, another on its way.
+var errExchangeFailing = errors.New("the last exchange failed; another is on its way")
+
+// staleSince reports whether a level's last exchange failed, and the
+// oldest last successful exchange of those (zero if one never had one).
+func (r *SharedRegistry) staleSince(levels []string) (since time.Time, stale bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var since time.Time
-	for i, level := range levels {
+	for _, level := range levels {
 		s := r.seen[level]
-		if s == nil || s.at.IsZero() {
-			return time.Time{}
+		if s == nil || !s.failing {
+			continue
 		}
-		if i == 0 || s.at.Before(since) {
+		switch {
+		case s.at.IsZero():
+			return time.Time{}, true
+		case !stale || s.at.Before(since):
 			since = s.at
 		}
+		stale = true
 	}
-	return since
+	return since, stale
 }
 
 // exchange sends this replica's records of levels to the board and keeps
@@ -191,6 +211,7 @@ func (r *SharedRegistry) exchangeOnce(ctx context.Context, now time.Time, levels
 		if err == nil {
 			s.at = now
 		}
+		s.failing = err != nil
 		if err == nil && s.again {
 			s.again = false
 			again = append(again, level)

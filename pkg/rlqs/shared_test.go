@@ -350,3 +350,74 @@ func TestSharedRegistryHoldsPeersAfterAFault(t *testing.T) {
 	publishAt(t, rb, 38*time.Second, e(level, "b", inf, 0))
 	rlqstest.Check(t, "a past the hold", publishAt(t, ra, 40100*time.Millisecond, e(level, "a", inf, 0)), rlqstest.Shares{level: {"a": 50}})
 }
+
+// TestSharedRegistryFrozenWithoutADivision: a level that leaves this
+// replica and comes back while the board fails has no division of its
+// own to hold: its publish says it was never exchanged (the failure mode
+// answers), and it gives out nothing, never the whole rate.
+func TestSharedRegistryFrozenWithoutADivision(t *testing.T) {
+	const level = "api|u=a"
+	b := newMapBoard()
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	e := rlqstest.Entry
+	publishAt(t, rb, 0, e(level, "b1", inf, 0))
+	publishAt(t, ra, 100*time.Millisecond, e(level, "a1", inf, 0))
+	publishAt(t, rb, 1200*time.Millisecond, e(level, "b1", inf, 0))
+	if err := ra.Withdraw(context.Background(), "a1", []string{level}); err != nil {
+		t.Fatal(err)
+	}
+	b.failing = true
+	got, err := rlqstest.PublishErr(ra, 30*time.Second, 10*time.Second, e(level, "a2", inf, 0))
+	var stale *rlqs.StaleError
+	if !errors.As(err, &stale) || !stale.Since.IsZero() {
+		t.Fatalf("a level back here while the board fails: %v, want a StaleError of no exchange", err)
+	}
+	if s := got[level]["a2"]; s != 0 {
+		t.Fatalf("a level back here while the board fails gave %v, want nothing", s)
+	}
+}
+
+// TestSharedRegistryFrozenRateChanges: a limit's rate that changes while
+// its level is frozen is held in the same parts: a replica keeps its part
+// of the new rate, so the parts still add up to it.
+func TestSharedRegistryFrozenRateChanges(t *testing.T) {
+	const level = "api|u=a"
+	b := newMapBoard()
+	ra, rb := rlqs.NewSharedRegistry(b, time.Second, 0), rlqs.NewSharedRegistry(b, time.Second, 0)
+	entry := func(inst string, rate float64) rlqs.Entry {
+		return rlqs.Entry{Level: level, Instance: inst, Rate: rate, Demand: inf}
+	}
+	publishAt(t, ra, 0, entry("a1", 100))
+	publishAt(t, rb, 0, entry("b1", 100))
+	rlqstest.Check(t, "a before", publishAt(t, ra, 1100*time.Millisecond, entry("a1", 100)), rlqstest.Shares{level: {"a1": 50}})
+	rlqstest.Check(t, "b before", publishAt(t, rb, 1200*time.Millisecond, entry("b1", 100)), rlqstest.Shares{level: {"b1": 50}})
+	b.failing = true
+	rlqstest.Check(t, "a at 200/s, frozen", staleAt(t, ra, 5*time.Second, 1100*time.Millisecond, entry("a1", 200)), rlqstest.Shares{level: {"a1": 100}})
+	rlqstest.Check(t, "b at 200/s, frozen", staleAt(t, rb, 5*time.Second, 1200*time.Millisecond, entry("b1", 200)), rlqstest.Shares{level: {"b1": 100}})
+}
+
+// TestSharedRegistryStaleWhileExchanging: once a level's exchange failed,
+// a publish while the next exchange is on its way (another stream's) is
+// stale too, not fresh: the failure goes on counting.
+func TestSharedRegistryStaleWhileExchanging(t *testing.T) {
+	const level = "api|u=a"
+	b := &gatedBoard{mapBoard: newMapBoard(), waiting: make(chan struct{}, 1), open: make(chan struct{})}
+	ra := rlqs.NewSharedRegistry(b, time.Second, 0)
+	e := rlqstest.Entry
+	publishAt(t, ra, 0, e(level, "a1", inf, 0))
+	b.failing = true
+	staleAt(t, ra, 2*time.Second, 0, e(level, "a1", inf, 0))
+	b.failing, b.hold = false, true
+	done := make(chan error, 1)
+	go func() {
+		_, err := rlqstest.PublishErr(ra, 3100*time.Millisecond, 10*time.Second, e(level, "a1", inf, 0))
+		done <- err
+	}()
+	<-b.waiting // that exchange is on its way
+	staleAt(t, ra, 3200*time.Millisecond, 0, e(level, "a2", inf, 0))
+	close(b.open)
+	if err := <-done; err != nil {
+		t.Fatalf("the exchange that answered: %v", err)
+	}
+	publishAt(t, ra, 3300*time.Millisecond, e(level, "a2", inf, 0)) // fresh again
+}

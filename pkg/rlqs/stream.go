@@ -62,15 +62,16 @@ type answer struct {
 	actions int
 }
 
-// serve reads reports and answers each until the stream ends. A report
-// is read, served and answered on one goroutine, without a hand-off per
-// report; the handler's own waits for the stream's end: the client's, the
-// service's, or an answer its client has not taken for the stream's TTL
-// (a client that stops reading: its assignments have expired by then).
-// Once no report is being served, the handler returns; an answer still
-// being sent is cut short by the stream's end, never waited for, so a
-// client that does not read holds neither the handler nor the service's
-// shutdown.
+// serve reads reports and answers each until the stream ends. The
+// stream's reader reads a report, has a worker serve it (workers) and
+// sends its answer; the handler's own goroutine waits for the stream's
+// end: the client's, the service's, or an answer its client has not taken
+// for the stream's TTL (a client that stops reading: its assignments have
+// expired by then). Once no report is being served, the handler returns;
+// an answer still being sent is cut short by the stream's end (gRPC
+// cancels the stream's context, which its send waits on), never waited
+// for, so a client that does not read holds neither the handler nor the
+// service's shutdown.
 func (st *stream) serve(ss grpc.ServerStream) error {
 	ctx := ss.Context()
 	g := newGate()
@@ -90,26 +91,27 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 				err error
 			)
 			if !st.svc.workers.run(ctx, st.svc.closing, func() { a, err = st.serveReport(ctx, m.Bytes) }) {
-				g.served(false)
+				g.served()
 				return // the stream or the service ended meanwhile
 			}
 			if err != nil {
-				g.served(false)
+				g.served()
 				ended <- err
 				return
 			}
 			if a.actions == 0 {
-				g.served(false)
+				g.served()
 				continue
 			}
-			if !g.served(true) {
+			seq, ok := g.sending()
+			if !ok {
 				return
 			}
 			after := time.Duration(st.ttl()) * time.Second
-			stall := time.AfterFunc(after, func() { g.stall(after) })
+			stall := time.AfterFunc(after, func() { g.stall(seq, after) })
 			err = ss.SendMsg(&rawgrpc.Message{Bytes: a.msg})
 			stall.Stop()
-			if !g.sent() || err != nil {
+			if !g.done() || err != nil {
 				ended <- err
 				return
 			}
@@ -141,10 +143,12 @@ func (st *stream) serve(ss grpc.ServerStream) error {
 // reader serves and sends nothing more, and the handler waits for a
 // report being served, not for an answer being sent.
 type gate struct {
-	mu      sync.Mutex
-	idle    sync.Cond
-	busy    bool // a report is being served
-	sending bool // an answer is being sent
+	mu   sync.Mutex
+	idle sync.Cond
+	busy bool // a report is being served
+	// sent is set while an answer is being sent, seq numbering the sends.
+	sent    bool
+	seq     uint64
 	stopped bool
 	stalled chan struct{} // closed once an answer was not taken in time,
 	after   time.Duration // ... which it was given
@@ -165,31 +169,48 @@ func (g *gate) serving() bool {
 	return g.busy
 }
 
-// served ends serving a report, and starts sending its answer if send
-// is set and the handler has not stopped, which it reports.
-func (g *gate) served(send bool) bool {
+// served ends serving a report that has no answer to send.
+func (g *gate) served() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.busy = false
 	g.idle.Broadcast()
-	g.sending = send && !g.stopped
-	return g.sending
 }
 
-// sent ends sending an answer, and reports whether to go on.
-func (g *gate) sent() bool {
+// sending ends serving a report and starts sending its answer, unless
+// the handler has stopped; it returns the send's number.
+func (g *gate) sending() (uint64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.sending = false
+	g.busy = false
+	g.idle.Broadcast()
+	if g.stopped {
+		return 0, false
+	}
+	g.sent, g.seq = true, g.seq+1
+	return g.seq, true
+}
+
+// done ends sending an answer, and reports whether to go on.
+func (g *gate) done() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sent = false
 	return !g.stopped
 }
 
-// stall reports an answer not taken in after.
-func (g *gate) stall(after time.Duration) {
-	g.once.Do(func() {
-		g.after = after
-		close(g.stalled)
-	})
+// stall reports that send seq was not taken in after, if it is still
+// being sent (its timer may fire just as it returns).
+func (g *gate) stall(seq uint64, after time.Duration) {
+	g.mu.Lock()
+	still := g.sent && g.seq == seq
+	g.mu.Unlock()
+	if still {
+		g.once.Do(func() {
+			g.after = after
+			close(g.stalled)
+		})
+	}
 }
 
 // stop stops the reader, once no report is being served.
