@@ -68,7 +68,7 @@ func newRLQSFlags(stderr io.Writer) (*flag.FlagSet, *rlqsFlags) {
 	c := &f.cfg
 	fs.StringVar(&c.addr, "target", "127.0.0.1:8081", "server `host:port` serving RLQS (plaintext gRPC); several, comma-separated, are replicas an Envoy cluster spreads its Envoys over: Envoy i goes to the i-th first (modulo their number), and to the next that answers once that one is gone")
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8081", "the same as -target")
-	fs.DurationVar(&c.reopen, "reopen", 0, "when a stream ends, open a new one and report on it within this (at a random moment), as a fleet that reconnects at once; 0: at the Envoy's next report, as Envoy does")
+	fs.DurationVar(&c.reopen, "reopen", 0, "when a stream ends before the run, open a new one and report on it within this (at a random moment), as a fleet that reconnects at once; 0: at the Envoy's next report, as Envoy does")
 	fs.IntVar(&c.instances, "instances", 50, "emulated Envoys, each with its own stream")
 	fs.IntVar(&c.buckets, "buckets", 200, "buckets each Envoy reports in every report")
 	fs.DurationVar(&c.interval, "interval", time.Second, "report interval of each Envoy (Envoy's own is 5s)")

@@ -83,8 +83,8 @@ type envoyStats struct {
 	extra                   int64 // answers with no report due (any, measured or not)
 	streams, streamErrors   int64
 	firstErr                error
-	// reassigned are, for each stream that ended in error (the whole run),
-	// the time from its end to the first answer on another.
+	// reassigned are, for each stream that ended before the run (in error
+	// or not), the time from its end to the first answer on another.
 	reassigned []time.Duration
 }
 
@@ -348,13 +348,16 @@ func (e *rlqsEnvoy) ended(s *rlqsStream, err error) {
 		s.due = nil
 		if err != io.EOF {
 			e.failed(err)
-			if !e.closing && e.endedAt.IsZero() {
-				e.endedAt = time.Now()
-				if e.reopen > 0 {
-					select {
-					case e.retry <- struct{}{}:
-					default:
-					}
+		}
+		// A stream that ends before the run does, in error or not (a
+		// replica killed may close its connections cleanly), is one to
+		// reopen and be answered on again.
+		if !e.closing && e.endedAt.IsZero() {
+			e.endedAt = time.Now()
+			if e.reopen > 0 {
+				select {
+				case e.retry <- struct{}{}:
+				default:
 				}
 			}
 		}

