@@ -1,0 +1,181 @@
+// Package region divides one limit among regions that each decide
+// requests on their own store, so that together they keep it.
+//
+// Each region holds a claim on a limit: a size (the most its own bucket
+// may count: a leaky bucket's level, a window's count) and a share of the
+// limit's rate (its bucket drains at that part of the rate). While the
+// claims' sizes add up to no more than the limit's size and their shares
+// to no more than one, the regions together admit no more than one
+// bucket of the limit would, whatever each admits within its claim: the
+// sum of their counts never exceeds the limit's size, and their drains
+// add up to its rate. What each region counts, and how its claim is cut
+// from what no one uses, only decides who gets the room; the sum holds
+// whatever they estimate.
+//
+// Claims are worked out by Divide, one pure function of what every region
+// published for the same exchange (its demand, its usage), so that every
+// region, reading the same records, works out the same claims. A region
+// whose record did not arrive (late, or cut off) keeps the claim it last
+// held, and the others divide the rest; one silent past a timeout gives
+// its claim back.
+package region
+
+import (
+	"math"
+	"slices"
+)
+
+// State is what a region's record says of it at an exchange.
+type State int
+
+const (
+	// Fresh: its record of the exchange arrived: its demand and usage
+	// count.
+	Fresh State = iota
+	// Late: its record did not arrive (a slow or cut link); it keeps
+	// deciding with the claim it last held, which the others leave it.
+	Late
+	// Gone: silent past the peer timeout; its claim is given back.
+	Gone
+)
+
+// View is one region as an exchange sees it.
+type View struct {
+	State State
+	// Demand is the hits it was asked a second, admitted or not, over
+	// the last exchange's interval (Fresh).
+	Demand float64
+	// Usage is what its bucket counts (Fresh): a leaky bucket's level, a
+	// window's count, in the limit's units.
+	Usage float64
+	// Held is the claim it last held (Late).
+	Held Claim
+}
+
+// Claim is what a region may use of a limit until the next exchange.
+type Claim struct {
+	// Size is the most its bucket may count, in the limit's units.
+	Size float64
+	// Share is its part of the limit's rate, from 0 to 1.
+	Share float64
+}
+
+// IdleShare is the part of an equal share a region with no demand still
+// gets, so that its first requests pass until the next exchange raises
+// it; the others keep the rest.
+const IdleShare = 1.0 / 20
+
+// Divide sets claims[i] to region i's claim of a limit of size and rate
+// (requests a second), from views of every region at one exchange: a
+// Late region keeps its Held claim; a Gone one gets none; the Fresh ones
+// divide the rest. The rate's rest goes to them max-min fair by demand,
+// each at least an idle share, what the demands leave in equal parts; the
+// size's rest is what they use now, and of the room they leave (the size
+// less every region's usage and the Late ones' claims), each its part by
+// its share of the rate. So the claims add up to the limit: their sizes
+// to size (less what the Fresh ones use beyond it), their shares to one,
+// given Held claims that did. Divide is pure; claims must have
+// len(views) places.
+func Divide(size, rate float64, views []View, claims []Claim) {
+	heldSize, heldShare, fresh := 0.0, 0.0, 0
+	for i, v := range views {
+		claims[i] = Claim{}
+		switch v.State {
+		case Late:
+			claims[i] = v.Held
+			heldSize += v.Held.Size
+			heldShare += v.Held.Share
+		case Fresh:
+			fresh++
+		}
+	}
+	if fresh == 0 {
+		return
+	}
+	shareLeft := clamp01(1 - heldShare)
+	divideShares(shareLeft, rate, views, claims, fresh)
+
+	room := max(size-heldSize, 0)
+	for _, v := range views {
+		if v.State == Fresh {
+			room -= want(v.Usage)
+		}
+	}
+	room = max(room, 0)
+	for i, v := range views {
+		if v.State != Fresh {
+			continue
+		}
+		part := 1 / float64(fresh)
+		if shareLeft > 0 {
+			part = claims[i].Share / shareLeft
+		}
+		claims[i].Size = want(v.Usage) + part*room
+	}
+}
+
+// divideShares sets the Share of each Fresh view's claim: left (a part of
+// the rate) divided max-min fair by their demands, each wanting at least
+// an idle share, what the demands leave in equal parts.
+func divideShares(left, rate float64, views []View, claims []Claim, fresh int) {
+	floor := left * IdleShare / float64(fresh)
+	wants := make([]float64, 0, fresh)
+	for _, v := range views {
+		if v.State == Fresh {
+			w := floor
+			if rate > 0 {
+				w = max(want(v.Demand)/rate, floor)
+			}
+			wants = append(wants, w)
+		}
+	}
+	level := fillLevel(left, slices.Clone(wants))
+	given, j := 0.0, 0
+	for i, v := range views {
+		if v.State == Fresh {
+			claims[i].Share = math.Min(wants[j], level)
+			given += claims[i].Share
+			j++
+		}
+	}
+	spare := max(left-given, 0) / float64(fresh)
+	for i, v := range views {
+		if v.State == Fresh {
+			claims[i].Share += spare
+		}
+	}
+}
+
+// fillLevel is the level of a max-min fair division of total among wants
+// (sorting them): each gets the smaller of its want and the level; +Inf
+// when they all fit.
+func fillLevel(total float64, wants []float64) float64 {
+	slices.Sort(wants)
+	left := total
+	for k, w := range wants {
+		equal := left / float64(len(wants)-k)
+		if w >= equal {
+			return equal
+		}
+		left -= w
+	}
+	return math.Inf(1)
+}
+
+// want is a demand or usage as a quantity: NaN and below zero are none.
+func want(x float64) float64 {
+	if !(x > 0) {
+		return 0
+	}
+	return x
+}
+
+func clamp01(x float64) float64 {
+	switch {
+	case !(x > 0):
+		return 0
+	case x > 1:
+		return 1
+	}
+	return x
+}

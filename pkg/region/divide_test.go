@@ -1,0 +1,197 @@
+package region
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// TestDivideTable steps Divide through fixed cases, a limit of 60 (size)
+// and 60/s (rate) unless a case says otherwise.
+func TestDivideTable(t *testing.T) {
+	fresh := func(demand, usage float64) View { return View{State: Fresh, Demand: demand, Usage: usage} }
+	third := 1.0 / 3
+	for _, c := range []struct {
+		name        string
+		size, rate  float64
+		views       []View
+		sizes, shas []float64
+	}{
+		{
+			// The issue's three regions: 60, 30 and 10 a second of 60.
+			// Max-min: the 10 keeps 10/60; 60 and 30 split the other 50.
+			name: "unequal demands", size: 60, rate: 60,
+			views: []View{fresh(60, 0), fresh(30, 0), fresh(10, 0)},
+			sizes: []float64{25, 25, 10}, shas: []float64{25.0 / 60, 25.0 / 60, 10.0 / 60},
+		},
+		{
+			// Demands that fit leave the rest in equal parts.
+			name: "demands fit", size: 60, rate: 60,
+			views: []View{fresh(12, 0), fresh(6, 0), fresh(3, 0)},
+			sizes: []float64{12 + 13, 6 + 13, 3 + 13}, shas: []float64{25.0 / 60, 19.0 / 60, 16.0 / 60},
+		},
+		{
+			// No demand anywhere: an equal split.
+			name: "idle", size: 60, rate: 60,
+			views: []View{fresh(0, 0), fresh(0, 0), fresh(0, 0)},
+			sizes: []float64{20, 20, 20}, shas: []float64{third, third, third},
+		},
+		{
+			// One region busy, two idle: each idle one keeps an idle share
+			// (a twentieth of an equal third).
+			name: "one busy", size: 60, rate: 60,
+			views: []View{fresh(100, 0), fresh(0, 0), fresh(0, 0)},
+			sizes: []float64{60 * (1 - 2.0/60), 1, 1}, shas: []float64{1 - 2.0/60, 1.0 / 60, 1.0 / 60},
+		},
+		{
+			// Usage: what each counts stays its; the room left (60 - 45)
+			// goes by share.
+			name: "usage", size: 60, rate: 60,
+			views: []View{fresh(60, 30), fresh(60, 15), fresh(0, 0)},
+			sizes: []float64{30 + 15*0.4916666666666667, 15 + 15*0.4916666666666667, 15 * 1.0 / 60},
+			shas:  []float64{0.4916666666666667, 0.4916666666666667, 1.0 / 60},
+		},
+		{
+			// A debt past the size (usage charged always): no room, each
+			// keeps what it counts.
+			name: "debt", size: 60, rate: 60,
+			views: []View{fresh(60, 50), fresh(60, 30)},
+			sizes: []float64{50, 30}, shas: []float64{0.5, 0.5},
+		},
+		{
+			// A late region keeps its claim; the fresh ones divide the
+			// rest: two thirds of the rate, 40 of the size.
+			name: "late", size: 60, rate: 60,
+			views: []View{fresh(100, 0), fresh(0, 0), {State: Late, Held: Claim{Size: 20, Share: third}}},
+			sizes: []float64{40 * 0.975, 40 * 0.025, 20}, shas: []float64{0.65, 2.0 / 3 / 40, third},
+		},
+		{
+			// A gone region's claim is given back.
+			name: "gone", size: 60, rate: 60,
+			views: []View{fresh(100, 0), fresh(100, 0), {State: Gone, Held: Claim{Size: 20, Share: third}}},
+			sizes: []float64{30, 30, 0}, shas: []float64{0.5, 0.5, 0},
+		},
+		{
+			// Late claims that take it all leave the fresh ones nothing
+			// but what they count.
+			name: "all held", size: 60, rate: 60,
+			views: []View{fresh(100, 5), {State: Late, Held: Claim{Size: 60, Share: 1}}},
+			sizes: []float64{5, 60}, shas: []float64{0, 1},
+		},
+		{
+			// A deny-all limit: no size to divide.
+			name: "zero", size: 0, rate: 0,
+			views: []View{fresh(10, 0), fresh(0, 0)},
+			sizes: []float64{0, 0}, shas: []float64{0.5, 0.5},
+		},
+		{
+			// Every region late or gone: nothing to divide.
+			name: "none fresh", size: 60, rate: 60,
+			views: []View{{State: Late, Held: Claim{Size: 30, Share: 0.5}}, {State: Gone}},
+			sizes: []float64{30, 0}, shas: []float64{0.5, 0},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			claims := make([]Claim, len(c.views))
+			Divide(c.size, c.rate, c.views, claims)
+			for i, cl := range claims {
+				if math.Abs(cl.Size-c.sizes[i]) > 1e-9 || math.Abs(cl.Share-c.shas[i]) > 1e-9 {
+					t.Errorf("region %d: %+v, want size %v share %v", i, cl, c.sizes[i], c.shas[i])
+				}
+			}
+		})
+	}
+}
+
+// TestDivideAddsUp: for any views whose held claims fit in the limit, the
+// claims' shares add up to one and their sizes to the limit's size, or to
+// what the regions count if that is more; no claim is negative, and a
+// Fresh region's claim is never less than what it counts.
+func TestDivideAddsUp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 20000 {
+		size := float64(rng.IntN(1000))
+		rate := rng.Float64() * 1000
+		n := 1 + rng.IntN(6)
+		views := make([]View, n)
+		heldSize, heldShare := 0.0, 0.0
+		usage := 0.0
+		for i := range views {
+			switch r := rng.IntN(10); {
+			case r < 6 || i == 0:
+				views[i] = View{State: Fresh, Demand: rng.Float64() * 2 * rate, Usage: rng.Float64() * size / float64(n)}
+				if rng.IntN(5) == 0 {
+					views[i].Demand = 0
+				}
+				usage += views[i].Usage
+			case r < 8:
+				h := Claim{Size: rng.Float64() * (size - heldSize) / 2, Share: rng.Float64() * (1 - heldShare) / 2}
+				views[i] = View{State: Late, Held: h}
+				heldSize += h.Size
+				heldShare += h.Share
+			default:
+				views[i] = View{State: Gone}
+			}
+		}
+		claims := make([]Claim, n)
+		Divide(size, rate, views, claims)
+		sumSize, sumShare := 0.0, 0.0
+		for i, c := range claims {
+			if c.Size < 0 || c.Share < 0 {
+				t.Fatalf("round %d: a negative claim %+v of %+v", round, c, views)
+			}
+			if views[i].State == Fresh && c.Size < views[i].Usage-1e-9 {
+				t.Fatalf("round %d: region %d claims %v, less than the %v it counts", round, i, c.Size, views[i].Usage)
+			}
+			sumSize += c.Size
+			sumShare += c.Share
+		}
+		if want := max(size, heldSize+usage); math.Abs(sumSize-want) > 1e-6 {
+			t.Fatalf("round %d: sizes add up to %v, want %v: %+v -> %+v", round, sumSize, want, views, claims)
+		}
+		if math.Abs(sumShare-1) > 1e-9 {
+			t.Fatalf("round %d: shares add up to %v, want 1: %+v -> %+v", round, sumShare, views, claims)
+		}
+	}
+}
+
+// TestScale: a region's own limit under its claim: the size rounded down,
+// a leaky bucket's drip slowed to its share (rounded up to a whole
+// microsecond, never faster than the limit's), a window's size only.
+func TestScale(t *testing.T) {
+	leakyLimit := limit.Limit{Size: 60, DripRate: time.Second / 60, DripSize: 1}
+	window := limit.Limit{Algorithm: limit.FixedWindow, Size: 1000, Window: time.Hour}
+	for _, c := range []struct {
+		in    limit.Limit
+		claim Claim
+		want  limit.Limit
+	}{
+		{leakyLimit, Claim{Size: 25.9, Share: 0.25}, limit.Limit{Size: 25, DripRate: 66667 * time.Microsecond, DripSize: 1}},
+		{leakyLimit, Claim{Size: 60, Share: 1}, leakyLimit},
+		{leakyLimit, Claim{Size: 99, Share: 2}, leakyLimit},
+		{leakyLimit, Claim{Size: -3, Share: 0}, limit.Limit{Size: 0, DripRate: maxDrip, DripSize: 1}},
+		{leakyLimit, Claim{Size: 1, Share: 1e-12}, limit.Limit{Size: 1, DripRate: maxDrip, DripSize: 1}},
+		{window, Claim{Size: 333.3, Share: 0.1}, limit.Limit{Algorithm: limit.FixedWindow, Size: 333, Window: time.Hour}},
+	} {
+		if got := Scale(c.in, c.claim); got != c.want {
+			t.Errorf("Scale(%v, %+v) = %+v, want %+v", c.in, c.claim, got, c.want)
+		}
+	}
+}
+
+func ExampleDivide() {
+	// Three regions on one limit of 60 a second, asked 60, 30 and 10.
+	claims := make([]Claim, 3)
+	Divide(60, 60, []View{{Demand: 60}, {Demand: 30}, {Demand: 10}}, claims)
+	for _, c := range claims {
+		fmt.Printf("size %.0f, %.0f a second\n", c.Size, c.Share*60)
+	}
+	// Output:
+	// size 25, 25 a second
+	// size 25, 25 a second
+	// size 10, 10 a second
+}
