@@ -68,14 +68,23 @@ const IdleShare = 1.0 / 20
 // Divide sets claims[i] to region i's claim of a limit of size and rate
 // (requests a second), from views of every region at one exchange: a
 // Late region keeps its Held claim; a Gone one gets none; the Fresh ones
-// divide the rest. The rate's rest goes to them max-min fair by demand,
-// each at least an idle share, what the demands leave in equal parts; the
-// size's rest is what they use now, and of the room they leave (the size
-// less every region's usage and the Late ones' claims), each its part by
-// its share of the rate. So the claims add up to the limit: their sizes
-// to size (less what the Fresh ones use beyond it), their shares to one,
-// given Held claims that did. Divide is pure; claims must have
-// len(views) places.
+// divide the rest.
+//
+// The rate's rest goes to them max-min fair by what each wants: its
+// demand, and the rate that would drain what it counts as fast as a full
+// bucket drains (so a region that stops being asked gives its burst back
+// at once, not at an idle share's pace); each at least an idle share,
+// what the wants leave in equal parts. Each one's fair size is its share
+// of the size's rest. What they count stays theirs; the room they leave
+// (the rest less what they count) goes first to those below their fair
+// size, as far as it, then to all by share. One above its fair size
+// keeps half its excess, and gives the other half back as its bucket
+// drains, each exchange, until it is down to its fair size.
+//
+// So the claims add up to the limit: their shares to one, their sizes to
+// no more than the size (or what the Fresh ones count, if more), given
+// Held claims that did. Divide is pure; claims must have len(views)
+// places.
 func Divide(size, rate float64, views []View, claims []Claim) {
 	heldSize, heldShare, fresh := 0.0, 0.0, 0
 	for i, v := range views {
@@ -93,40 +102,68 @@ func Divide(size, rate float64, views []View, claims []Claim) {
 		return
 	}
 	shareLeft := clamp01(1 - heldShare)
-	divideShares(shareLeft, rate, views, claims, fresh)
+	pool := max(size-heldSize, 0)
+	divideShares(shareLeft, rate, size, views, claims, fresh)
 
-	room := max(size-heldSize, 0)
-	for _, v := range views {
-		if v.State == Fresh {
-			room -= want(v.Usage)
-		}
-	}
-	room = max(room, 0)
+	// Fair sizes, what is counted, the room and who is short of theirs.
+	room, short := pool, 0.0
 	for i, v := range views {
 		if v.State != Fresh {
 			continue
 		}
+		room -= want(v.Usage)
+		short += max(fairSize(claims[i].Share, shareLeft, pool, fresh)-want(v.Usage), 0)
+	}
+	room = max(room, 0)
+	toShort := min(room, short)
+	extra := room - toShort
+	for i, v := range views {
+		if v.State != Fresh {
+			continue
+		}
+		fair, used := fairSize(claims[i].Share, shareLeft, pool, fresh), want(v.Usage)
 		part := 1 / float64(fresh)
 		if shareLeft > 0 {
 			part = claims[i].Share / shareLeft
 		}
-		claims[i].Size = want(v.Usage) + part*room
+		switch {
+		case used > fair:
+			claims[i].Size = (used+fair)/2 + extra*part
+		case short > 0:
+			claims[i].Size = used + toShort*(fair-used)/short + extra*part
+		default:
+			claims[i].Size = used + extra*part
+		}
 	}
 }
 
+// fairSize is a Fresh region's part of pool by its share of shareLeft
+// (an equal part when there is no share to go by).
+func fairSize(share, shareLeft, pool float64, fresh int) float64 {
+	if shareLeft > 0 {
+		return pool * share / shareLeft
+	}
+	return pool / float64(fresh)
+}
+
 // divideShares sets the Share of each Fresh view's claim: left (a part of
-// the rate) divided max-min fair by their demands, each wanting at least
-// an idle share, what the demands leave in equal parts.
-func divideShares(left, rate float64, views []View, claims []Claim, fresh int) {
+// the rate) divided max-min fair by what each wants, a part of the rate:
+// its demand, and what it counts over the size (the rate that drains it
+// as a full bucket drains); each at least an idle share, what the wants
+// leave in equal parts.
+func divideShares(left, rate, size float64, views []View, claims []Claim, fresh int) {
 	floor := left * IdleShare / float64(fresh)
 	wants := make([]float64, 0, fresh)
 	for _, v := range views {
 		if v.State == Fresh {
-			w := floor
+			w := 0.0
 			if rate > 0 {
-				w = max(want(v.Demand)/rate, floor)
+				w += want(v.Demand) / rate
 			}
-			wants = append(wants, w)
+			if size > 0 {
+				w += want(v.Usage) / size
+			}
+			wants = append(wants, max(w, floor))
 		}
 	}
 	level := fillLevel(left, slices.Clone(wants))

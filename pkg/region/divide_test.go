@@ -48,19 +48,22 @@ func TestDivideTable(t *testing.T) {
 			sizes: []float64{60 * (1 - 2.0/60), 1, 1}, shas: []float64{1 - 2.0/60, 1.0 / 60, 1.0 / 60},
 		},
 		{
-			// Usage: what each counts stays its; the room left (60 - 45)
-			// goes by share.
+			// Usage: each wants its demand and the drain of what it
+			// counts (60/60 + 30/60 and 60/60 + 15/60): 0.4917 each of the
+			// rate, and of the size 29.5. The first counts 30, above: it
+			// keeps half the excess. The room (60 - 45) goes to those
+			// short of their fair size, 14.5 and 1.
 			name: "usage", size: 60, rate: 60,
 			views: []View{fresh(60, 30), fresh(60, 15), fresh(0, 0)},
-			sizes: []float64{30 + 15*0.4916666666666667, 15 + 15*0.4916666666666667, 15 * 1.0 / 60},
+			sizes: []float64{29.75, 15 + 15*14.5/15.5, 15 * 1 / 15.5},
 			shas:  []float64{0.4916666666666667, 0.4916666666666667, 1.0 / 60},
 		},
 		{
-			// A debt past the size (usage charged always): no room, each
-			// keeps what it counts.
+			// A debt past the size (usage charged always): no room; the
+			// one above its fair 30 keeps half its excess.
 			name: "debt", size: 60, rate: 60,
 			views: []View{fresh(60, 50), fresh(60, 30)},
-			sizes: []float64{50, 30}, shas: []float64{0.5, 0.5},
+			sizes: []float64{40, 30}, shas: []float64{0.5, 0.5},
 		},
 		{
 			// A late region keeps its claim; the fresh ones divide the
@@ -76,11 +79,11 @@ func TestDivideTable(t *testing.T) {
 			sizes: []float64{30, 30, 0}, shas: []float64{0.5, 0.5, 0},
 		},
 		{
-			// Late claims that take it all leave the fresh ones nothing
-			// but what they count.
+			// Late claims that take it all leave the fresh ones nothing:
+			// what they count drains, half an exchange at a time.
 			name: "all held", size: 60, rate: 60,
 			views: []View{fresh(100, 5), {State: Late, Held: Claim{Size: 60, Share: 1}}},
-			sizes: []float64{5, 60}, shas: []float64{0, 1},
+			sizes: []float64{2.5, 60}, shas: []float64{0, 1},
 		},
 		{
 			// A deny-all limit: no size to divide.
@@ -108,9 +111,11 @@ func TestDivideTable(t *testing.T) {
 }
 
 // TestDivideAddsUp: for any views whose held claims fit in the limit, the
-// claims' shares add up to one and their sizes to the limit's size, or to
-// what the regions count if that is more; no claim is negative, and a
-// Fresh region's claim is never less than what it counts.
+// claims' shares add up to one, and what the regions may count (for each
+// Fresh one the more of its claim and what it counts: a claim under what
+// it counts admits nothing until it drains below) to no more than the
+// limit's size, or what they count if that is more; no claim is negative,
+// and a Fresh region's claim is at least its fair part or what it counts.
 func TestDivideAddsUp(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 20000 {
@@ -144,14 +149,19 @@ func TestDivideAddsUp(t *testing.T) {
 			if c.Size < 0 || c.Share < 0 {
 				t.Fatalf("round %d: a negative claim %+v of %+v", round, c, views)
 			}
-			if views[i].State == Fresh && c.Size < views[i].Usage-1e-9 {
-				t.Fatalf("round %d: region %d claims %v, less than the %v it counts", round, i, c.Size, views[i].Usage)
+			reach := c.Size
+			if views[i].State == Fresh {
+				reach = max(c.Size, views[i].Usage)
+				fair := max(size-heldSize, 0) * c.Share / (1 - heldShare)
+				if c.Size < min(views[i].Usage, fair)-1e-9 {
+					t.Fatalf("round %d: region %d claims %v, less than both the %v it counts and its fair %v", round, i, c.Size, views[i].Usage, fair)
+				}
 			}
-			sumSize += c.Size
+			sumSize += reach
 			sumShare += c.Share
 		}
-		if want := max(size, heldSize+usage); math.Abs(sumSize-want) > 1e-6 {
-			t.Fatalf("round %d: sizes add up to %v, want %v: %+v -> %+v", round, sumSize, want, views, claims)
+		if most := max(size, heldSize+usage); sumSize > most+1e-6 {
+			t.Fatalf("round %d: the regions may count %v in all, more than %v: %+v -> %+v", round, sumSize, most, views, claims)
 		}
 		if math.Abs(sumShare-1) > 1e-9 {
 			t.Fatalf("round %d: shares add up to %v, want 1: %+v -> %+v", round, sumShare, views, claims)

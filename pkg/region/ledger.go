@@ -1,0 +1,210 @@
+package region
+
+import "time"
+
+// Exchanges run on epochs: every interval, at the same instants in every
+// region (multiples of the interval since the Unix epoch, on each
+// replica's clock), each replica publishes its report of the interval
+// just ended, epoch e-1: for each bucket it used, the hits it was asked
+// and what it counts. Half an interval later, when the reports of e-1
+// have crossed every link, every replica works out the claims of epoch e
+// from the same reports, so that the regions' claims add up to the
+// limit. A region whose report of e-1 has not arrived by then is late,
+// and keeps the claim it was last worked out to hold.
+
+// Record is one replica's part of one bucket over one epoch.
+type Record struct {
+	// Demand is the hits it was asked a second, admitted or not.
+	Demand float64
+	// Usage is what its region's bucket counts of its admissions at the
+	// epoch's end: its part of its region's usage.
+	Usage float64
+}
+
+// Report is what one replica published for one epoch.
+type Report struct {
+	Region, Replica string
+	Epoch           int64
+	Buckets         map[string]Record
+}
+
+// Bucket is a limit as the ledger divides it: its size and its rate.
+type Bucket struct {
+	Size, Rate float64
+}
+
+// Ledger keeps, for one replica, the reports the exchanges brought and
+// the claims it last worked out for each region, and works out each
+// bucket's claims at an exchange. It is not safe for concurrent use: the
+// replica's exchange owns it.
+type Ledger struct {
+	self    int      // Self's place in regions
+	regions []string // every region, in one order everywhere
+	silence int64    // epochs a region may be silent before it is gone
+	// lag is the time, in seconds, from an epoch's reports (their usage)
+	// to the claims worked out from them, during which each region still
+	// admits under its last claim.
+	lag float64
+	// reports are the last two reports of each replica, by
+	// region/replica: the epoch's, and the next when a replica's clock
+	// is ahead.
+	reports map[string]*[2]Report
+	// heard is the latest epoch each region reported, by its place.
+	heard []int64
+	// held are the claims last worked out for each bucket, by region
+	// place, with the epoch they were worked out at.
+	held map[string]*heldClaims
+}
+
+type heldClaims struct {
+	claims []Claim
+	epoch  int64
+}
+
+// NewLedger returns the ledger of a replica of region self, among
+// regions (self's included; every replica must be given them in the
+// same order), that counts a region silent for more than silence epochs
+// gone, and works out claims lag after the reports they are made of.
+func NewLedger(self string, regions []string, silence int64, lag time.Duration) *Ledger {
+	l := &Ledger{self: -1, regions: regions, silence: max(silence, 1), lag: lag.Seconds(), reports: map[string]*[2]Report{},
+		heard: make([]int64, len(regions)), held: map[string]*heldClaims{}}
+	for i, r := range regions {
+		if r == self {
+			l.self = i
+		}
+		l.heard[i] = -1
+	}
+	return l
+}
+
+// Take keeps a report an exchange read. A replica's report older than
+// the two it has are dropped; one of a region not in the ledger too.
+func (l *Ledger) Take(r Report) {
+	place := l.place(r.Region)
+	if place < 0 {
+		return
+	}
+	key := r.Region + "/" + r.Replica
+	two := l.reports[key]
+	if two == nil {
+		two = &[2]Report{{Epoch: -1}, {Epoch: -1}}
+		l.reports[key] = two
+	}
+	switch {
+	case r.Epoch == two[0].Epoch:
+		two[0] = r
+	case r.Epoch > two[0].Epoch:
+		two[1], two[0] = two[0], r
+	case r.Epoch == two[1].Epoch:
+		two[1] = r
+	case r.Epoch > two[1].Epoch:
+		two[1] = r
+	}
+	l.heard[place] = max(l.heard[place], r.Epoch)
+}
+
+func (l *Ledger) place(region string) int {
+	for i, r := range l.regions {
+		if r == region {
+			return i
+		}
+	}
+	return -1
+}
+
+// Claims works out the claims of epoch epoch for buckets, by key, from
+// the reports of epoch-1, and returns Self's. A bucket no report names
+// counts as unused there: no demand, no usage.
+func (l *Ledger) Claims(epoch int64, buckets map[string]Bucket) map[string]Claim {
+	prev := epoch - 1
+	n := len(l.regions)
+	states := make([]State, n)
+	fresh := 0
+	for i := range l.regions {
+		switch {
+		case i == l.self || l.heard[i] >= prev:
+			states[i] = Fresh
+			fresh++
+		case l.heard[i] >= 0 && prev-l.heard[i] <= l.silence:
+			states[i] = Late
+		default:
+			states[i] = Gone
+		}
+	}
+	// A region that hears from fewer than half the regions (itself
+	// included) is more likely the one cut off than they are gone: it
+	// gives no silent region's claim to itself, however long the silence.
+	if 2*fresh < n {
+		for i, st := range states {
+			if st == Gone && l.heard[i] >= 0 {
+				states[i] = Late
+			}
+		}
+	}
+	// Each region's demand and usage of each bucket, summed over its
+	// replicas' reports of the epoch.
+	sums := make(map[string][]Record, len(buckets))
+	for key := range buckets {
+		sums[key] = make([]Record, n)
+	}
+	for _, two := range l.reports {
+		for _, r := range two {
+			if r.Epoch != prev {
+				continue
+			}
+			place := l.place(r.Region)
+			for key, rec := range r.Buckets {
+				if s := sums[key]; s != nil {
+					s[place].Demand += want(rec.Demand)
+					s[place].Usage += want(rec.Usage)
+				}
+			}
+		}
+	}
+	out := make(map[string]Claim, len(buckets))
+	views := make([]View, n)
+	for key, b := range buckets {
+		h := l.held[key]
+		for i := range views {
+			sum := sums[key][i]
+			views[i] = View{State: states[i], Demand: sum.Demand, Usage: sum.Usage}
+			if states[i] == Fresh && h != nil {
+				// What it counts by the time the claims take over: what it
+				// counted, and what it was asked since at the epoch's pace,
+				// as far as its last claim lets it. Counted short, its
+				// admissions meanwhile would be given to the others again.
+				views[i].Usage = min(sum.Usage+sum.Demand*l.lag, max(sum.Usage, h.claims[i].Size))
+			}
+			if states[i] == Late {
+				// What it last held; never worked out here (the bucket is
+				// new here since), an equal part, as it counts ours.
+				views[i].Held = Claim{Size: b.Size / float64(n), Share: 1 / float64(n)}
+				if h != nil {
+					views[i].Held = h.claims[i]
+				}
+			}
+		}
+		claims := make([]Claim, n)
+		Divide(b.Size, b.Rate, views, claims)
+		l.held[key] = &heldClaims{claims: claims, epoch: epoch}
+		out[key] = claims[l.self]
+	}
+	// Claims of buckets no longer used here for as long as a region may
+	// be silent are forgotten.
+	for key, h := range l.held {
+		if epoch-h.epoch > l.silence {
+			delete(l.held, key)
+		}
+	}
+	return out
+}
+
+// Forget drops the reports of replicas silent for more than the silence,
+// so that the ledger holds what live replicas published.
+func (l *Ledger) Forget(epoch int64) {
+	for key, two := range l.reports {
+		if epoch-two[0].Epoch > l.silence {
+			delete(l.reports, key)
+		}
+	}
+}
