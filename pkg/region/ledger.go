@@ -19,16 +19,20 @@ type Record struct {
 	// Usage is what its region's bucket counts of its admissions at the
 	// epoch's end: its part of its region's usage.
 	Usage float64
+	// Bucket is the limit as the replica's config has it.
+	Bucket
 }
 
-// Report is what one replica published for one epoch.
+// Report is what one replica published for one epoch: a record for each
+// bucket it used, by the bucket key's hash (KeyHash).
 type Report struct {
 	Region, Replica string
 	Epoch           int64
-	Buckets         map[string]Record
+	Buckets         map[uint64]Record
 }
 
-// Bucket is a limit as the ledger divides it: its size and its rate.
+// Bucket is a limit as the ledger divides it: its size and its rate (a
+// second).
 type Bucket struct {
 	Size, Rate float64
 }
@@ -53,7 +57,7 @@ type Ledger struct {
 	heard []int64
 	// held are the claims last worked out for each bucket, by region
 	// place, with the epoch they were worked out at.
-	held map[string]*heldClaims
+	held map[uint64]*heldClaims
 }
 
 type heldClaims struct {
@@ -67,7 +71,7 @@ type heldClaims struct {
 // gone, and works out claims lag after the reports they are made of.
 func NewLedger(self string, regions []string, silence int64, lag time.Duration) *Ledger {
 	l := &Ledger{self: -1, regions: regions, silence: max(silence, 1), lag: lag.Seconds(), reports: map[string]*[2]Report{},
-		heard: make([]int64, len(regions)), held: map[string]*heldClaims{}}
+		heard: make([]int64, len(regions)), held: map[uint64]*heldClaims{}}
 	for i, r := range regions {
 		if r == self {
 			l.self = i
@@ -112,10 +116,13 @@ func (l *Ledger) place(region string) int {
 	return -1
 }
 
-// Claims works out the claims of epoch epoch for buckets, by key, from
-// the reports of epoch-1, and returns Self's. A bucket no report names
-// counts as unused there: no demand, no usage.
-func (l *Ledger) Claims(epoch int64, buckets map[string]Bucket) map[string]Claim {
+// Claims works out the claims of epoch epoch from the reports of
+// epoch-1, of every bucket they name and of buckets (Self's own, used
+// since), and returns Self's, by key hash. A region whose report does not
+// name a bucket does not use it: no demand, no usage. A bucket's limit is
+// the smallest the fresh reports give (the configs of two regions may
+// differ while one changes), or buckets', which Self's config gives.
+func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim {
 	prev := epoch - 1
 	n := len(l.regions)
 	states := make([]State, n)
@@ -142,10 +149,12 @@ func (l *Ledger) Claims(epoch int64, buckets map[string]Bucket) map[string]Claim
 		}
 	}
 	// Each region's demand and usage of each bucket, summed over its
-	// replicas' reports of the epoch.
-	sums := make(map[string][]Record, len(buckets))
-	for key := range buckets {
+	// replicas' reports of the epoch, and the bucket's smallest limit.
+	sums := make(map[uint64][]Record, len(buckets))
+	limits := make(map[uint64]Bucket, len(buckets))
+	for key, b := range buckets {
 		sums[key] = make([]Record, n)
+		limits[key] = b
 	}
 	for _, two := range l.reports {
 		for _, r := range two {
@@ -154,16 +163,22 @@ func (l *Ledger) Claims(epoch int64, buckets map[string]Bucket) map[string]Claim
 			}
 			place := l.place(r.Region)
 			for key, rec := range r.Buckets {
-				if s := sums[key]; s != nil {
-					s[place].Demand += want(rec.Demand)
-					s[place].Usage += want(rec.Usage)
+				s := sums[key]
+				if s == nil {
+					s = make([]Record, n)
+					sums[key] = s
+					limits[key] = rec.Bucket
 				}
+				s[place].Demand += want(rec.Demand)
+				s[place].Usage += want(rec.Usage)
+				b := limits[key]
+				limits[key] = Bucket{Size: min(b.Size, want(rec.Size)), Rate: min(b.Rate, want(rec.Rate))}
 			}
 		}
 	}
-	out := make(map[string]Claim, len(buckets))
+	out := make(map[uint64]Claim, len(sums))
 	views := make([]View, n)
-	for key, b := range buckets {
+	for key, b := range limits {
 		h := l.held[key]
 		for i := range views {
 			sum := sums[key][i]

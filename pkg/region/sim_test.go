@@ -110,8 +110,9 @@ func (s *sim) runFrom(from, to time.Duration) {
 				if err != nil {
 					s.t.Fatal(err)
 				}
-				rep := Report{Region: r.name, Replica: "0", Epoch: epoch - 1, Buckets: map[string]Record{
-					bucket[0].Key: {Demand: r.asked / s.interval.Seconds(), Usage: float64(limit.Count(states[0], r.limit, at))}}}
+				rep := Report{Region: r.name, Replica: "0", Epoch: epoch - 1, Buckets: map[uint64]Record{
+					KeyHash(bucket[0].Key): {Demand: r.asked / s.interval.Seconds(), Usage: float64(limit.Count(states[0], r.limit, at)),
+						Bucket: Bucket{Size: float64(s.limit.Size), Rate: s.rate()}}}}
 				r.asked = 0
 				r.ledger.Take(rep)
 				for j := range s.regions {
@@ -124,7 +125,8 @@ func (s *sim) runFrom(from, to time.Duration) {
 		if (t-s.interval/2)%s.interval == 0 && t > s.interval {
 			epoch := int64(t / s.interval)
 			for _, r := range s.regions {
-				r.claim = r.ledger.Claims(epoch, map[string]Bucket{bucket[0].Key: {Size: float64(s.limit.Size), Rate: s.rate()}})[bucket[0].Key]
+				key := KeyHash(bucket[0].Key)
+				r.claim = r.ledger.Claims(epoch, map[uint64]Bucket{key: {Size: float64(s.limit.Size), Rate: s.rate()}})[key]
 				r.limit = Scale(s.limit, r.claim)
 				r.ledger.Forget(epoch)
 			}
