@@ -48,6 +48,9 @@ type View struct {
 	// Usage is what its bucket counts (Fresh): a leaky bucket's level, a
 	// window's count, in the limit's units.
 	Usage float64
+	// Pending is what it may have admitted since its usage was read,
+	// until the claims take over (Fresh): counted as used, not as wanted.
+	Pending float64
 	// Held is the claim it last held (Late).
 	Held Claim
 }
@@ -111,8 +114,9 @@ func Divide(size, rate float64, views []View, claims []Claim) {
 		if v.State != Fresh {
 			continue
 		}
-		room -= want(v.Usage)
-		short += max(fairSize(claims[i].Share, shareLeft, pool, fresh)-want(v.Usage), 0)
+		used := want(v.Usage) + want(v.Pending)
+		room -= used
+		short += max(fairSize(claims[i].Share, shareLeft, pool, fresh)-used, 0)
 	}
 	room = max(room, 0)
 	toShort := min(room, short)
@@ -121,7 +125,7 @@ func Divide(size, rate float64, views []View, claims []Claim) {
 		if v.State != Fresh {
 			continue
 		}
-		fair, used := fairSize(claims[i].Share, shareLeft, pool, fresh), want(v.Usage)
+		fair, used := fairSize(claims[i].Share, shareLeft, pool, fresh), want(v.Usage)+want(v.Pending)
 		part := 1 / float64(fresh)
 		if shareLeft > 0 {
 			part = claims[i].Share / shareLeft

@@ -184,11 +184,11 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 			sum := sums[key][i]
 			views[i] = View{State: states[i], Demand: sum.Demand, Usage: sum.Usage}
 			if states[i] == Fresh && h != nil {
-				// What it counts by the time the claims take over: what it
-				// counted, and what it was asked since at the epoch's pace,
-				// as far as its last claim lets it. Counted short, its
-				// admissions meanwhile would be given to the others again.
-				views[i].Usage = min(sum.Usage+sum.Demand*l.lag, max(sum.Usage, h.claims[i].Size))
+				// What it admits until the claims take over: what it was
+				// asked at the epoch's pace, as far as its last claim lets
+				// it. Not counted, its admissions meanwhile would be given
+				// to the others again.
+				views[i].Pending = min(sum.Demand*l.lag, max(h.claims[i].Size-sum.Usage, 0))
 			}
 			if states[i] == Late {
 				// What it last held; never worked out here (the bucket is

@@ -72,3 +72,6 @@ func ParseReport(region, replica string, b []byte) (Report, error) {
 	}
 	return r, nil
 }
+
+// errNotInspectable is a wrapped store that cannot read or reset buckets.
+var errNotInspectable = errors.New("this store cannot read or reset buckets")

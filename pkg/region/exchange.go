@@ -1,0 +1,344 @@
+package region
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+)
+
+// Board is a region's store as the exchange uses it: where every region's
+// replicas write their reports, each as its field, and read the others'.
+type Board interface {
+	// ExchangeReport writes report as field's, valid for ttl, and
+	// returns every other field's live report.
+	ExchangeReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) ([]Posted, error)
+}
+
+// Posted is a report as a Board holds it: its field ("region/replica")
+// and its encoding.
+type Posted struct {
+	Field, Report string
+}
+
+// Options configure an Exchange.
+type Options struct {
+	// Region is this replica's region; Regions every region, its own
+	// included (in any order: the exchange sorts them).
+	Region  string
+	Regions []string
+	// Own is the region's own store; Peers every other region's, by name.
+	Own   Board
+	Peers map[string]Board
+	// Interval is the time between two exchanges; Silence how long a
+	// region may be silent before its claims are given back.
+	Interval, Silence time.Duration
+	// Clock reads the time; default time.Now.
+	Clock func() time.Time
+	// Logger receives the exchanges' failures, once a change.
+	Logger *slog.Logger
+	// Observer receives what the metrics count; default none.
+	Observer Observer
+}
+
+// Observer receives what the metrics count. Its methods must be quick
+// and safe for concurrent use.
+type Observer interface {
+	// Exchanged is an exchange with a region's store (this region's
+	// own included): err nil, or why it failed.
+	Exchanged(region string, err error)
+}
+
+type noObserver struct{}
+
+func (noObserver) Exchanged(string, error) {}
+
+// Exchange is one replica's part in dividing every limit among regions:
+// it counts what this replica is asked and admits of each bucket, reports
+// it every interval to every region's store, reads every region's
+// reports from its own, and works out the claims its decisions run
+// under. It is safe for concurrent use.
+type Exchange struct {
+	opts    Options
+	replica string // this replica's name, random
+	field   string // its field on the boards: region/replica
+	// published is its last report, encoded: the exchange loop's own.
+	published []byte
+	ledger    *Ledger // the exchange loop's own
+	// uses are this replica's buckets, by key hash: *use.
+	uses   sync.Map
+	claims atomic.Pointer[map[uint64]Claim]
+	// last is when each region's store was last exchanged with, Unix
+	// nanoseconds (0: never), by region.
+	last map[string]*atomic.Int64
+}
+
+// use is one bucket as this replica uses it.
+type use struct {
+	mu    sync.Mutex
+	limit limit.Limit
+	asked int64 // this epoch's hits
+	// count is what this replica's admissions count in the bucket, as of
+	// at: a leaky bucket's level draining at the region's share, a
+	// window's hits in the window from window (Unix microseconds).
+	count  float64
+	at     time.Time
+	window int64
+	idle   int64 // epochs without a hit
+}
+
+// New returns the exchange of a replica of opts.Region.
+func New(opts Options) (*Exchange, error) {
+	if opts.Region == "" || opts.Own == nil || opts.Interval <= 0 {
+		return nil, fmt.Errorf("region: a region, its store and an interval are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
+	regions := slices.Clone(opts.Regions)
+	if !slices.Contains(regions, opts.Region) {
+		regions = append(regions, opts.Region)
+	}
+	slices.Sort(regions)
+	id := make([]byte, 6)
+	rand.Read(id)
+	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}}
+	x.field = opts.Region + "/" + x.replica
+	x.ledger = NewLedger(opts.Region, regions, x.silenceEpochs(), opts.Interval/2)
+	for _, r := range regions {
+		x.last[r] = &atomic.Int64{}
+	}
+	empty := map[uint64]Claim{}
+	x.claims.Store(&empty)
+	return x, nil
+}
+
+func (x *Exchange) silenceEpochs() int64 {
+	return max(int64(x.opts.Silence/x.opts.Interval), 1)
+}
+
+// Scaled returns the limit this replica's store decides key under: l
+// under this region's claim, or under an equal part of it when no region
+// has reported the bucket yet (every region starting on it at once takes
+// its equal part, no more).
+func (x *Exchange) Scaled(key uint64, l limit.Limit) limit.Limit {
+	c, ok := (*x.claims.Load())[key]
+	if !ok {
+		n := float64(len(x.ledger.regions))
+		c = Claim{Size: float64(l.Size) / n, Share: 1 / n}
+	}
+	return Scale(l, c)
+}
+
+// Count notes hits asked of key (its limit l) at now, and those
+// admitted (or charged regardless).
+func (x *Exchange) Count(key uint64, l limit.Limit, asked, admitted int64, now time.Time) {
+	v, ok := x.uses.Load(key)
+	if !ok {
+		v, _ = x.uses.LoadOrStore(key, &use{limit: l, at: now})
+	}
+	u := v.(*use)
+	share := 1.0
+	if c, ok := (*x.claims.Load())[key]; ok {
+		share = c.Share
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.limit = l
+	u.asked += asked
+	u.idle = 0
+	u.advance(now, share)
+	u.count += float64(admitted)
+}
+
+// advance brings count to now: a leaky bucket's drains at share of its
+// rate; a sliding window's at its limit over its window (an estimate);
+// a fixed window's is none in a window after its own.
+func (u *use) advance(now time.Time, share float64) {
+	dt := now.Sub(u.at).Seconds()
+	if dt > 0 {
+		switch u.limit.Algorithm {
+		case limit.LeakyBucket:
+			u.count = max(u.count-dt*share*u.limit.PerSecond(), 0)
+		case limit.SlidingWindow:
+			u.count = max(u.count-dt*u.limit.PerSecond(), 0)
+		}
+		u.at = now
+	}
+	if u.limit.Algorithm == limit.FixedWindow {
+		if start := u.limit.FixedPeriod(now.UnixMicro()).Start; start != u.window {
+			u.window, u.count = start, 0
+		}
+	}
+}
+
+// Publish reports epoch's counts (the interval just ended) to this
+// region's store and every peer's. It returns the error of the own
+// store's write; a peer's that fails is counted, never waited for past
+// half an interval.
+func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) error {
+	rep := x.report(epoch, now)
+	x.published = AppendReport(nil, rep)
+	x.ledger.Take(rep)
+	var wg sync.WaitGroup
+	for name, b := range x.opts.Peers {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, x.opts.Interval/2)
+			defer cancel()
+			_, err := b.ExchangeReport(pctx, now, x.field, x.published, x.ttl())
+			x.exchanged(name, now, err)
+		})
+	}
+	err := x.collect(ctx, now)
+	wg.Wait()
+	return err
+}
+
+// collect writes this replica's last report to its own store again (it
+// is the same) and keeps every report the store holds in the ledger.
+func (x *Exchange) collect(ctx context.Context, now time.Time) error {
+	octx, cancel := context.WithTimeout(ctx, x.opts.Interval/2)
+	defer cancel()
+	got, err := x.opts.Own.ExchangeReport(octx, now, x.field, x.published, x.ttl())
+	x.exchanged(x.opts.Region, now, err)
+	if err != nil {
+		return err
+	}
+	for _, p := range got {
+		region, replica, ok := strings.Cut(p.Field, "/")
+		if !ok {
+			continue
+		}
+		if r, perr := ParseReport(region, replica, []byte(p.Report)); perr == nil {
+			x.ledger.Take(r)
+		}
+	}
+	return nil
+}
+
+// ttl is how long a report stays on a store: as long as a region may be
+// silent, so that a replica that starts finds the last word of each.
+func (x *Exchange) ttl() time.Duration { return max(x.opts.Silence, 3*x.opts.Interval) }
+
+// report is this replica's report of epoch: each bucket it was asked or
+// still counts; buckets idle as long as a region may be silent are
+// forgotten.
+func (x *Exchange) report(epoch int64, now time.Time) Report {
+	secs := x.opts.Interval.Seconds()
+	claims := *x.claims.Load()
+	rep := Report{Region: x.opts.Region, Replica: x.replica, Epoch: epoch, Buckets: map[uint64]Record{}}
+	x.uses.Range(func(k, v any) bool {
+		key, u := k.(uint64), v.(*use)
+		share := 1.0
+		if c, ok := claims[key]; ok {
+			share = c.Share
+		}
+		u.mu.Lock()
+		u.advance(now, share)
+		asked, count, l := u.asked, u.count, u.limit
+		u.asked = 0
+		if asked == 0 {
+			u.idle++
+		}
+		gone := u.idle > x.silenceEpochs() && count == 0
+		u.mu.Unlock()
+		if gone {
+			x.uses.Delete(key)
+			return true
+		}
+		if asked > 0 || count > 0 {
+			rep.Buckets[key] = Record{Demand: float64(asked) / secs, Usage: count,
+				Bucket: Bucket{Size: float64(l.Size), Rate: l.PerSecond()}}
+		}
+		return true
+	})
+	return rep
+}
+
+// Divide reads every report of the epoch before from this region's
+// store, works out the claims of epoch from them and puts them in force.
+// If the store cannot be read, the claims in force stay.
+func (x *Exchange) Divide(ctx context.Context, epoch int64, now time.Time) error {
+	if err := x.collect(ctx, now); err != nil {
+		return err
+	}
+	mine := map[uint64]Bucket{}
+	x.uses.Range(func(k, v any) bool {
+		u := v.(*use)
+		u.mu.Lock()
+		mine[k.(uint64)] = Bucket{Size: float64(u.limit.Size), Rate: u.limit.PerSecond()}
+		u.mu.Unlock()
+		return true
+	})
+	claims := x.ledger.Claims(epoch, mine)
+	x.ledger.Forget(epoch)
+	x.claims.Store(&claims)
+	return nil
+}
+
+// Run exchanges every interval until ctx ends: at each multiple of the
+// interval since the Unix epoch it publishes the interval just ended,
+// and half an interval later puts the claims worked out of it in force.
+func (x *Exchange) Run(ctx context.Context) {
+	iv := x.opts.Interval
+	for {
+		now := x.opts.Clock()
+		next := now.Truncate(iv).Add(iv)
+		if !sleep(ctx, next.Sub(now)) {
+			return
+		}
+		epoch := next.UnixNano() / int64(iv)
+		if err := x.Publish(ctx, epoch-1, next); err != nil {
+			continue // its own store failed: the claims in force stay
+		}
+		if !sleep(ctx, next.Add(iv/2).Sub(x.opts.Clock())) {
+			return
+		}
+		_ = x.Divide(ctx, epoch, x.opts.Clock()) // failed: the claims in force stay
+	}
+}
+
+// exchanged notes an exchange with region's store at now.
+func (x *Exchange) exchanged(region string, now time.Time, err error) {
+	if err == nil {
+		x.last[region].Store(now.UnixNano())
+	}
+	x.opts.Observer.Exchanged(region, err)
+}
+
+// LastExchange is when region's store was last exchanged with; zero if
+// never.
+func (x *Exchange) LastExchange(region string) time.Time {
+	if a := x.last[region]; a != nil && a.Load() != 0 {
+		return time.Unix(0, a.Load())
+	}
+	return time.Time{}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
