@@ -76,6 +76,7 @@ type settings struct {
 	refMetrics          refMetricsSettings
 	tracing             *tracingFlags
 	rlqs                *rlqsSettings
+	region              *regionSettings
 	// reference is set when started as envoyproxy/ratelimit (its name, or
 	// -env envoyproxy): its variables were read.
 	reference bool
@@ -225,6 +226,7 @@ func newFlagSet(output io.Writer) (*flag.FlagSet, *settings) {
 	fs.DurationVar(&s.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, how long to go on serving while reporting NOT_SERVING, so load balancers drain first")
 	s.tracing = newTracingFlags(fs)
 	s.rlqs = newRLQSFlags(fs)
+	s.region = newRegionFlags(fs)
 	fs.BoolVar(&s.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the admin address (to find where time goes)")
 	fs.BoolVar(&s.watchConfig, "watch-config", true, "reload the config when its files change (SIGHUP always reloads)")
 	fs.Var(&s.failureMode, "failure-mode", "`what` to answer when the store fails: unavailable (gRPC Unavailable), allow, deny, or local (decide on this replica's memory until Redis or memcached is back)")
@@ -421,6 +423,9 @@ func (s *settings) check() error {
 		return err
 	}
 	if err := s.memcached.check(s.store.value); err != nil {
+		return err
+	}
+	if err := s.region.check(s.store.value); err != nil {
 		return err
 	}
 	if err := s.xds.client.check(s.xds.address); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
@@ -80,6 +81,18 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 			code = exitError
 		}
 	}()
+	// Regions: every limit one across them, this region's part decided on
+	// its own store under its claims, exchanged in the background.
+	var regions *region.Exchange
+	if s.region.name != "" {
+		x, closeRegions, err := openRegions(s, red, m, log)
+		if err != nil {
+			log.Error("cannot join the regions", "err", err)
+			return exitError
+		}
+		defer closeRegions()
+		regions, st = x, x.Wrap(st)
+	}
 	reconcile := snapshotReconciler(s, st, log)
 	if cfg != nil {
 		reconcile(cfg)
@@ -103,6 +116,9 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 	}
 	m.WatchRLQS(quotas.Streams, quotas.Buckets)
 	opts.Demand, opts.Quotas = usage, quotas
+	if regions != nil {
+		opts.Demand = demands{usage, regions}
+	}
 	var stopTracing func()
 	if opts.Tracing, stopTracing, err = startTracing(ctx, s, log); err != nil {
 		log.Error("cannot trace", "err", err)
@@ -118,6 +134,9 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if regions != nil {
+		go regions.Run(ctx)
+	}
 	hs := health.NewServer()
 	rls.SetServing(hs, false)
 	srv, err := a.startServers(ctx, s, svc, quotas, hs, m.Handler(), ref.handler, pg, log)

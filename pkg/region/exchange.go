@@ -144,25 +144,49 @@ func (x *Exchange) Scaled(key uint64, l limit.Limit) limit.Limit {
 	return Scale(l, c)
 }
 
-// Count notes hits asked of key (its limit l) at now, and those
-// admitted (or charged regardless).
-func (x *Exchange) Count(key uint64, l limit.Limit, asked, admitted int64, now time.Time) {
-	v, ok := x.uses.Load(key)
-	if !ok {
-		v, _ = x.uses.LoadOrStore(key, &use{limit: l, at: now})
+// Asked counts the hits a request asks of each of its buckets, admitted
+// or not: their demand (rls.Demand). The service calls it for every
+// request before anything answers it, the over-limit cache included, so
+// that a region refused often still counts what it is asked.
+func (x *Exchange) Asked(buckets []limit.Bucket) {
+	var now time.Time
+	for _, b := range buckets {
+		if b.Hits <= 0 {
+			continue
+		}
+		if now.IsZero() {
+			now = x.opts.Clock()
+		}
+		u := x.use(KeyHash(b.Key), b.Limit, now)
+		u.mu.Lock()
+		u.limit, u.idle = b.Limit, 0
+		u.asked += b.Hits
+		u.mu.Unlock()
 	}
-	u := v.(*use)
+}
+
+// admitted counts hits key's bucket (limit l) admitted, or charged
+// regardless, at now: what this replica counts in it.
+func (x *Exchange) admitted(key uint64, l limit.Limit, hits int64, now time.Time) {
+	u := x.use(key, l, now)
 	share := 1.0
 	if c, ok := (*x.claims.Load())[key]; ok {
 		share = c.Share
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.limit = l
-	u.asked += asked
-	u.idle = 0
+	u.limit, u.idle = l, 0
 	u.advance(now, share)
-	u.count += float64(admitted)
+	u.count += float64(hits)
+}
+
+// use returns key's use, made if new.
+func (x *Exchange) use(key uint64, l limit.Limit, now time.Time) *use {
+	v, ok := x.uses.Load(key)
+	if !ok {
+		v, _ = x.uses.LoadOrStore(key, &use{limit: l, at: now})
+	}
+	return v.(*use)
 }
 
 // advance brings count to now: a leaky bucket's drains at share of its

@@ -105,7 +105,9 @@ func TestExchangeDividesALimit(t *testing.T) {
 			}
 			for _, r := range rs {
 				for r.owed += r.rate * 0.01; r.owed >= 1; r.owed-- {
-					if err := r.st.Apply(ctx, clock, []limit.Bucket{{Key: "api|user=u", Limit: l, Hits: 1}}, res); err != nil {
+					req := []limit.Bucket{{Key: "api|user=u", Limit: l, Hits: 1}}
+					r.x.Asked(req)
+					if err := r.st.Apply(ctx, clock, req, res); err != nil {
 						t.Fatal(err)
 					}
 					if res[0].Admitted {

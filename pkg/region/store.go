@@ -14,7 +14,7 @@ type Decider interface {
 
 // Store decides every bucket on the store it wraps under this region's
 // claim of the bucket's limit (Exchange.Scaled), and counts what each
-// was asked and admitted for the exchange. Its Apply is the wrapped
+// admitted for the exchange (what each was asked is Exchange.Asked's). Its Apply is the wrapped
 // store's, as are State and Reset (where the wrapped store has them) and
 // Check, Close and Name.
 type Store struct {
@@ -30,14 +30,15 @@ func (x *Exchange) Wrap(inner Decider) *Store { return &Store{inner: inner, x: x
 func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket, results []limit.Result) error {
 	scaled, keys := s.scale(buckets)
 	err := s.inner.Apply(ctx, now, scaled, results)
-	for i, b := range buckets {
-		admitted := int64(0)
-		if err == nil && (results[i].Admitted || b.Always) {
-			admitted = b.Hits
-		}
-		s.x.Count(keys[i], b.Limit, b.Hits, admitted, now)
+	if err != nil {
+		return err
 	}
-	return err
+	for i, b := range buckets {
+		if b.Hits > 0 && (results[i].Admitted || b.Always) {
+			s.x.admitted(keys[i], b.Limit, b.Hits, now)
+		}
+	}
+	return nil
 }
 
 // scale returns copies of buckets under their claims, and their keys'

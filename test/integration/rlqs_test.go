@@ -156,7 +156,10 @@ func (r *quotaReplica) streams(t *testing.T) int {
 }
 
 // counts is what the replica's metrics say of RLQS.
-func (r *quotaReplica) counts() string {
+func (r *quotaReplica) counts() string { return r.metricsOf("envoy_rls_rlqs_") }
+
+// metricsOf is the replica's metrics whose names start with prefix.
+func (r *quotaReplica) metricsOf(prefix string) string {
 	resp, err := http.Get("http://" + r.httpAddr + "/metrics")
 	if err != nil {
 		return err.Error()
@@ -165,7 +168,7 @@ func (r *quotaReplica) counts() string {
 	b, _ := io.ReadAll(resp.Body)
 	var lines []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "envoy_rls_rlqs_") {
+		if strings.HasPrefix(l, prefix) {
 			lines = append(lines, l)
 		}
 	}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/metrics"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+)
+
+// regionSettings are the -region* flags: one limit across regions, each
+// deciding on its own Redis.
+type regionSettings struct {
+	name     string
+	peers    string
+	interval time.Duration
+	silence  time.Duration
+	parsed   []regionPeer // by check
+}
+
+// regionPeer is another region: its name, and its Redis's URL (a Cluster
+// seed list when it has addr= parameters).
+type regionPeer struct {
+	name, url string
+	cluster   bool
+}
+
+func newRegionFlags(fs *flag.FlagSet) *regionSettings {
+	r := &regionSettings{}
+	fs.StringVar(&r.name, "region", "", "this replica's region (lower-case letters, digits, '-'): every limit is one limit across the regions, each deciding on its own Redis (needs -store redis); empty: no regions")
+	fs.StringVar(&r.peers, "region-peers", "", "every other region and its Redis, `NAME=URL,...` (URLs as -redis-url takes them; with addr= parameters, a Cluster's seed list), where the regions exchange their demand and usage")
+	fs.DurationVar(&r.interval, "region-interval", time.Second, "how often regions exchange; a link slower than half of it one way leaves the others' reports late")
+	fs.DurationVar(&r.silence, "region-silence", time.Minute, "how long a region may be silent (its reports not reaching this one) before its part of each limit is given back to the others")
+	return r
+}
+
+// regionName is what a region may be called.
+var regionName = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+// check parses the peers, and reports what is wrong with the settings for
+// a store of kind st.
+func (r *regionSettings) check(st storeKind) error {
+	switch {
+	case r.name == "" && r.peers != "":
+		return fmt.Errorf("-region-peers needs -region: this replica's own region")
+	case r.name == "":
+		return nil
+	case !regionName.MatchString(r.name):
+		return fmt.Errorf("-region %q: a region's name is lower-case letters, digits and '-'", r.name)
+	case st != redisStore:
+		return fmt.Errorf("-region needs -store redis: regions decide on each region's Redis and exchange through them")
+	case r.interval <= 0:
+		return fmt.Errorf("-region-interval: must be above 0, got %s", r.interval)
+	case r.silence < r.interval:
+		return fmt.Errorf("-region-silence (%s) must be at least -region-interval (%s)", r.silence, r.interval)
+	}
+	r.parsed = nil
+	seen := map[string]bool{r.name: true}
+	for _, item := range splitList(r.peers) {
+		name, raw, ok := strings.Cut(item, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || raw == "" {
+			return fmt.Errorf("-region-peers: %q is not NAME=URL", redactPeer(item))
+		}
+		if !regionName.MatchString(name) {
+			return fmt.Errorf("-region-peers: %q: a region's name is lower-case letters, digits and '-'", name)
+		}
+		if seen[name] {
+			if name == r.name {
+				return fmt.Errorf("-region-peers: %q is this replica's own region (-region)", name)
+			}
+			return fmt.Errorf("-region-peers: region %q twice", name)
+		}
+		seen[name] = true
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			return fmt.Errorf("-region-peers: region %q: want a redis:// or rediss:// URL", name)
+		}
+		r.parsed = append(r.parsed, regionPeer{name: name, url: raw, cluster: u.Query().Has("addr")})
+	}
+	return nil
+}
+
+// redactPeer is an item of -region-peers without what may be a password.
+func redactPeer(item string) string {
+	name, raw, _ := strings.Cut(item, "=")
+	if u, err := url.Parse(raw); err == nil {
+		return name + "=" + u.Redacted()
+	}
+	return name + "=..."
+}
+
+// openRegions opens the exchange of this replica's region: its own Redis
+// (own) and a store of each peer's, for the reports only. close closes
+// the peers' stores.
+func openRegions(s *settings, own *redis.Store, m *metrics.Metrics, log *slog.Logger) (x *region.Exchange, closeAll func(), err error) {
+	peers := map[string]region.Board{}
+	var opened []*redis.Store
+	closeAll = func() {
+		for _, p := range opened {
+			p.Close()
+		}
+	}
+	names := []string{s.region.name}
+	for _, p := range s.region.parsed {
+		st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: p.url, Cluster: p.cluster}, Logger: log, Prefix: s.redisKeyPrefix})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("-region-peers: region %q: %w", p.name, err)
+		}
+		opened = append(opened, st)
+		peers[p.name] = region.RedisBoard(st)
+		names = append(names, p.name)
+	}
+	x, err = region.New(region.Options{Region: s.region.name, Regions: names, Own: region.RedisBoard(own), Peers: peers,
+		Interval: s.region.interval, Silence: s.region.silence, Logger: log, Observer: m.Regions(names)})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	m.WatchRegions(names, x.LastExchange)
+	return x, closeAll, nil
+}
+
+// demands tells every demand a request's buckets.
+type demands []interface{ Asked([]limit.Bucket) }
+
+func (d demands) Asked(buckets []limit.Bucket) {
+	for _, x := range d {
+		x.Asked(buckets)
+	}
+}

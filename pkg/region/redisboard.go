@@ -1,0 +1,25 @@
+package region
+
+import (
+	"context"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
+)
+
+// RedisBoard is a region's Redis store as a Board: its ExchangeReport.
+func RedisBoard(s *redis.Store) Board { return redisBoard{s} }
+
+type redisBoard struct{ s *redis.Store }
+
+func (b redisBoard) ExchangeReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) ([]Posted, error) {
+	got, err := b.s.ExchangeReport(ctx, now, field, report, ttl)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Posted, len(got))
+	for i, p := range got {
+		out[i] = Posted{Field: p.Replica, Report: p.Record}
+	}
+	return out, nil
+}
