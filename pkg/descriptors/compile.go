@@ -145,7 +145,7 @@ func (c *compiler) node(raw *rawNode, up parent) *node {
 func (c *compiler) rule(raw *rawNode, l *rawLimit, here parent, mark string) *Rule {
 	d := c.d
 	r := &Rule{Name: l.name, Path: here.path, Limit: l.limit, Shadow: l.shadow, Replaces: l.replaces, label: l.name, mark: mark,
-		Always: c.charge == ChargeAlways, QuotaMode: raw.quotaMode, Metadata: raw.metadata}
+		Always: c.charge == ChargeAlways, QuotaMode: raw.quotaMode, Metadata: raw.metadata, Regional: raw.regional}
 	if raw.charge != nil {
 		r.Always = *raw.charge == ChargeAlways
 	}

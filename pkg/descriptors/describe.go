@@ -54,6 +54,7 @@ type LimitDescription struct {
 	// (charge: always); absent for the default, admitted requests only.
 	Charge    string         `json:"charge,omitempty"`
 	QuotaMode bool           `json:"quota_mode,omitempty"`
+	Scope     string         `json:"scope,omitempty"` // "region" when kept to each region
 	Metadata  map[string]any `json:"metadata,omitempty"`
 }
 
@@ -68,6 +69,9 @@ func (r *Rule) Describe() LimitDescription {
 func describeLimit(r *Rule) LimitDescription {
 	l := r.Limit
 	d := LimitDescription{Algorithm: l.Algorithm.String(), Reported: r.Rate.String(), QuotaMode: r.QuotaMode, Metadata: r.Metadata}
+	if r.Regional {
+		d.Scope = "region"
+	}
 	if r.Always {
 		d.Charge = ChargeAlways.String()
 	}

@@ -128,6 +128,11 @@ func init() {
 			d.charge = &c
 			return ok
 		}),
+		fieldOf("scope", func(r *reader, f field, p *fieldPath, d *rawNode) bool {
+			var ok bool
+			d.regional, ok = r.scopeField(f.value, p)
+			return ok
+		}),
 	}, limitFields(func(d *rawNode) *limitReading { return &d.one })...)...)
 }
 
@@ -184,7 +189,7 @@ func (r *reader) descriptor(n *yaml.Node, up *rawNode, index int) *rawNode {
 		// What applies to a node's limits does nothing without one.
 		for _, f := range fields {
 			switch f.name {
-			case "shadow_mode", "quota_mode", "charge", "metadata":
+			case "shadow_mode", "quota_mode", "charge", "metadata", "scope":
 				fp := p.field(f.name)
 				r.warnOnce(f.key, &fp, f.name, "has no effect: the descriptor has no limit")
 			}

@@ -45,6 +45,7 @@ type rawNode struct {
 	children       []*rawNode
 
 	charge    *Charge        // the node's own charge; nil: the file's
+	regional  bool           // scope: region
 	quotaMode bool           // over its limits, the descriptor is a quota
 	metadata  map[string]any // sent in the dynamic metadata when it passes
 }

@@ -27,6 +27,9 @@ type Rule struct {
 	// Always charges the limit's hits whatever the request's answer, past
 	// the limit if need be (charge: always).
 	Always bool
+	// Regional keeps the limit to each region (scope: region): with
+	// -region, regions do not divide it, each admitting all of it.
+	Regional bool
 	// QuotaMode makes the limit a quota (envoyproxy/ratelimit's
 	// quota_mode): a descriptor over it rejects the request only when every
 	// quota descriptor of the request is over.

@@ -54,6 +54,23 @@ func (r *reader) chargeField(n *yaml.Node, p *fieldPath) (Charge, bool) {
 	return c, true
 }
 
+// scopeField reads a scope field: global (the default: with -region,
+// one limit across the regions) or region (each region's own).
+func (r *reader) scopeField(n *yaml.Node, p *fieldPath) (regional bool, ok bool) {
+	s, ok := r.text(n, p)
+	if !ok {
+		return false, false
+	}
+	switch s {
+	case "global":
+		return false, true
+	case "region":
+		return true, true
+	}
+	r.errorf(n, p, "%q: want global (one limit across the regions, the default) or region (each region's own)", clip(s))
+	return false, false
+}
+
 // Metadata bounds: a node's metadata is a mapping of at most
 // maxMetadataValues values nested at most maxMetadataDepth deep (what
 // Envoy's dynamic metadata takes comfortably). Aliases share one reading,

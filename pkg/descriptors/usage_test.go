@@ -149,3 +149,40 @@ descriptors:
 		t.Errorf("%d warnings, want 2: %v", len(warnings), warnings)
 	}
 }
+
+// TestScope: scope: region keeps a node's limits to each region, global
+// (the default) divides them; any other value is an error at
+// file:line:field, and a scope on a node without a limit says it does
+// nothing.
+func TestScope(t *testing.T) {
+	c, warnings, err := parse(t, "s.yaml", `
+domain: api
+descriptors:
+  - key: shared
+    rate_limit: {unit: second, requests_per_unit: 60}
+  - key: mine
+    scope: region
+    limits:
+      - rate_limit: {unit: second, requests_per_unit: 10}
+      - fixed_window: {limit: 100, window: 1m}
+  - key: said
+    scope: global
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: none
+    scope: region
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Domain("api").Rules()
+	if got := fmt.Sprint(r[0].Regional, r[1].Regional, r[2].Regional, r[3].Regional); got != "false true true false" {
+		t.Errorf("regional: %s, want false true true false", got)
+	}
+	if got := fmt.Sprint(warnings); len(warnings) != 1 || !strings.Contains(got, "s.yaml:14: descriptors[3].scope: has no effect") {
+		t.Errorf("warnings %s", got)
+	}
+	if _, _, err := parse(t, "e.yaml", "domain: api\ndescriptors:\n  - key: k\n    scope: planet\n    rate_limit: {unit: second, requests_per_unit: 1}\n"); err == nil ||
+		!strings.Contains(err.Error(), `e.yaml:4: descriptors[0].scope: "planet": want global`) {
+		t.Errorf("a bad scope: %v", err)
+	}
+}

@@ -21,6 +21,9 @@ type Bucket struct {
 	// The bucket then reports OVER_LIMIT until the debt has leaked, slid or
 	// reset away; a count saturates at leaky.MaxSize.
 	Always bool
+	// Regional marks a bucket whose limit is each region's own (scope:
+	// region): regions do not divide it. Decisions ignore it.
+	Regional bool
 	// SecondUnit marks a bucket whose limit the config counts per second
 	// (its rate's unit is second, as envoyproxy/ratelimit reads unit:
 	// SECOND). Decisions ignore it; a Redis store with a per-second Redis

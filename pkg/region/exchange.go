@@ -151,7 +151,7 @@ func (x *Exchange) Scaled(key uint64, l limit.Limit) limit.Limit {
 func (x *Exchange) Asked(buckets []limit.Bucket) {
 	var now time.Time
 	for _, b := range buckets {
-		if b.Hits <= 0 {
+		if b.Hits <= 0 || b.Regional {
 			continue
 		}
 		if now.IsZero() {

@@ -141,3 +141,45 @@ func TestExchangeDividesALimit(t *testing.T) {
 		t.Fatalf("eu's store down: eu %.1f/s and us %.1f/s, want about 40 and 20 as before", got[0], got[1])
 	}
 }
+
+// TestRegionalBucketsAreNotDivided: a bucket kept to its region (scope:
+// region) is decided under its whole limit and not counted for the
+// exchange; another, before any report, under an equal part.
+func TestRegionalBucketsAreNotDivided(t *testing.T) {
+	x, err := New(Options{Region: "eu", Regions: []string{"eu", "us", "ap"}, Own: newMemBoard(), Interval: time.Second, Silence: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	st := x.Wrap(inner)
+	l := limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit()
+	now := time.Unix(1_800_000_000, 0)
+	admitted := func(b limit.Bucket) int {
+		n := 0
+		res := make([]limit.Result, 1)
+		for range 100 {
+			x.Asked([]limit.Bucket{b})
+			if err := st.Apply(context.Background(), now, []limit.Bucket{b}, res); err != nil {
+				t.Fatal(err)
+			}
+			if res[0].Admitted {
+				n++
+			}
+		}
+		return n
+	}
+	if n := admitted(limit.Bucket{Key: "api|mine=x", Limit: l, Hits: 1, Regional: true}); n != 60 {
+		t.Errorf("a regional bucket admitted %d at once, want its whole 60", n)
+	}
+	if n := admitted(limit.Bucket{Key: "api|shared=x", Limit: l, Hits: 1}); n != 20 {
+		t.Errorf("a divided bucket admitted %d at once before any report, want an equal part, 20", n)
+	}
+	rep := x.report(1, now)
+	if _, ok := rep.Buckets[KeyHash("api|mine=x")]; ok || len(rep.Buckets) != 1 {
+		t.Errorf("the report names %d buckets, the regional one among them: %v", len(rep.Buckets), rep.Buckets)
+	}
+}

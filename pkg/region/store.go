@@ -34,7 +34,7 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 		return err
 	}
 	for i, b := range buckets {
-		if b.Hits > 0 && (results[i].Admitted || b.Always) {
+		if !b.Regional && b.Hits > 0 && (results[i].Admitted || b.Always) {
 			s.x.admitted(keys[i], b.Limit, b.Hits, now)
 		}
 	}
@@ -47,8 +47,11 @@ func (s *Store) scale(buckets []limit.Bucket) ([]limit.Bucket, []uint64) {
 	scaled := make([]limit.Bucket, len(buckets))
 	keys := make([]uint64, len(buckets))
 	for i, b := range buckets {
-		keys[i] = KeyHash(b.Key)
 		scaled[i] = b
+		if b.Regional {
+			continue // each region's own: not divided
+		}
+		keys[i] = KeyHash(b.Key)
 		scaled[i].Limit = s.x.Scaled(keys[i], b.Limit)
 	}
 	return scaled, keys

@@ -18,10 +18,12 @@ import (
 type streamLevel struct {
 	key    string
 	limit  limit.Limit
-	second bool    // the limit counts per second (limit.Bucket.SecondUnit)
-	rate   float64 // requests per second
-	size   int64   // what the limit admits at once: the bursts' budget
-	subs   []levelSub
+	second bool // the limit counts per second (limit.Bucket.SecondUnit)
+	// regional: the limit is each region's own (limit.Bucket.Regional)
+	regional bool
+	rate     float64 // requests per second
+	size     int64   // what the limit admits at once: the bursts' budget
+	subs     []levelSub
 	// owed is what the Envoy allowed there that no store call charged
 	// yet: the next report's charge.
 	owed int64
@@ -41,6 +43,11 @@ type streamLevel struct {
 	// microseconds: both as of the last report.
 	mine   float64
 	latest int64
+}
+
+// bucket is the level's bucket charged hits, as usage.
+func (sl *streamLevel) bucket(hits int64) limit.Bucket {
+	return limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: hits, Always: true, SecondUnit: sl.second, Regional: sl.regional}
 }
 
 // levelSub is a bucket of the stream on a level: the level is its i-th.
@@ -64,6 +71,7 @@ func (st *stream) watch(b *sub, now time.Time) {
 		// The config's latest word on the limit (a reload may change it
 		// under the same key).
 		sl.limit, sl.second, sl.rate, sl.size = l.Rule.Limit, l.Rule.SecondUnit(), l.Rule.Limit.PerSecond(), l.Rule.Limit.Size
+		sl.regional = l.Rule.Regional
 		sl.subs = append(sl.subs, levelSub{b, i})
 		b.levels[i].sl = sl
 	}
@@ -83,7 +91,7 @@ func (st *stream) unwatch(b *sub) {
 			st.svc.opts.Usage.unwatch(sl.key)
 		}
 		if sl.owed > 0 {
-			st.orphans = append(st.orphans, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true, SecondUnit: sl.second})
+			st.orphans = append(st.orphans, sl.bucket(sl.owed))
 		}
 	}
 }
@@ -113,7 +121,7 @@ func (st *stream) chargeAndRoom(ctx context.Context, levels []*streamLevel, now 
 	calls := sc.calls[:0]
 	for _, sl := range levels {
 		if sl.owed > 0 {
-			calls = append(calls, limit.Bucket{Key: sl.key, Limit: sl.limit, Hits: sl.owed, Always: true, SecondUnit: sl.second})
+			calls = append(calls, sl.bucket(sl.owed))
 			sl.owed = 0
 		}
 	}

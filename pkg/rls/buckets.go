@@ -124,7 +124,7 @@ func (s *Service) reached(domain string, descs [][]descriptors.Entry) (*descript
 		for _, l := range levels[i] {
 			if !seen[l.Key] {
 				seen[l.Key] = true
-				buckets = append(buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, SecondUnit: l.Rule.SecondUnit()})
+				buckets = append(buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, SecondUnit: l.Rule.SecondUnit(), Regional: l.Rule.Regional})
 			}
 		}
 	}

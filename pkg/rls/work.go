@@ -148,7 +148,8 @@ func (w *work) addBucket(l descriptors.Level, hits int64, m modes) int {
 	}
 	shadow := l.Rule.Shadow || m.shadow
 	quota := !shadow && (l.Rule.QuotaMode || m.quota)
-	w.buckets = append(w.buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: shadow || quota, Always: l.Rule.Always, SecondUnit: l.Rule.SecondUnit()})
+	w.buckets = append(w.buckets, limit.Bucket{Key: l.Key, Limit: l.Rule.Limit, Hits: hits, Shadow: shadow || quota, Always: l.Rule.Always,
+		SecondUnit: l.Rule.SecondUnit(), Regional: l.Rule.Regional})
 	w.quota = append(w.quota, quota)
 	i := len(w.buckets) - 1
 	switch {
