@@ -144,6 +144,11 @@ func (x *Exchange) Scaled(key uint64, l limit.Limit) limit.Limit {
 	return Scale(l, c)
 }
 
+// Claim returns the limit this replica's region holds of the bucket of
+// key (its claim's, as Scaled): what RLQS divides among the region's
+// Envoys and RLS callers.
+func (x *Exchange) Claim(key string, l limit.Limit) limit.Limit { return x.Scaled(KeyHash(key), l) }
+
 // Asked counts the hits a request asks of each of its buckets, admitted
 // or not: their demand (rls.Demand). The service calls it for every
 // request before anything answers it, the over-limit cache included, so

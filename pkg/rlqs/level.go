@@ -163,6 +163,9 @@ func (st *stream) entries(levels []*streamLevel, now time.Time, sc *scratch) []E
 	defer st.mu.Unlock()
 	out := slices.Grow(sc.entries[:0], 2*len(levels))
 	for _, sl := range levels {
+		st.claim(sl)
+	}
+	for _, sl := range levels {
 		e := Entry{Level: sl.key, Instance: st.instance, Rate: sl.rate, lv: sl.mineLv, h: sl.mineH}
 		for _, ls := range sl.subs {
 			e.Demand += ls.b.cappedDemand(ls.i)
@@ -187,6 +190,17 @@ func (st *stream) entries(levels []*streamLevel, now time.Time, sc *scratch) []E
 	}
 	sc.entries = out
 	return out
+}
+
+// claim sets the level's rate and size to its region's part of its
+// limit (Options.Claim), as of this report: the division and the
+// assignments' bursts are of that. Called with st.mu held.
+func (st *stream) claim(sl *streamLevel) {
+	l := sl.limit
+	if c := st.svc.opts.Claim; c != nil && !sl.regional {
+		l = c(sl.key, l)
+	}
+	sl.rate, sl.size = l.PerSecond(), l.Size
 }
 
 // divide divides the stream's part of each level among its buckets

@@ -73,6 +73,11 @@ type Options struct {
 	// Usage counts RLS calls' hits on subscribed buckets; nil counts none
 	// (RLS calls then take no part in the division).
 	Usage *Usage
+	// Claim, if set, returns the part of a level's limit this replica's
+	// region holds (regions: package region), what its Envoys and RLS
+	// callers divide, so that one limit holds across regions for both
+	// protocols; nil: the whole limit.
+	Claim func(key string, l limit.Limit) limit.Limit
 	// Clock reads the time; default time.Now.
 	Clock func() time.Time
 	// Logger receives errors and, at debug level, a line per report.

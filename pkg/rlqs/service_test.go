@@ -569,6 +569,32 @@ func TestReportsTakeTurns(t *testing.T) {
 	}
 }
 
+// TestRegionClaimIsDivided: with regions, a level's Envoys divide their
+// region's part of its limit (Options.Claim): half of alice's 100/s here,
+// so one Envoy wanting 200/s is assigned about 50/s, its burst at most
+// half the size.
+func TestRegionClaimIsDivided(t *testing.T) {
+	half := func(_ string, l limit.Limit) limit.Limit {
+		l.Size /= 2
+		l.DripRate *= 2
+		return l
+	}
+	h := newHarness(t, testConfig, Options{Claim: half})
+	e := h.envoy(t, "edge")
+	e.mustReport(usage{bucket: alice(), allowed: 1})
+	var last *rlqsv3.RateLimitQuotaResponse_BucketAction
+	for range 4 {
+		h.clock.add(time.Second)
+		last = e.mustReport(usage{bucket: alice(), allowed: 100, denied: 100})[0]
+	}
+	if r := rateOf(last); r < 43 || r > 50 {
+		t.Fatalf("an Envoy alone on half of 100/s: %.1f/s, want about 50: %v", r, last)
+	}
+	if b := tokens(last).GetMaxTokens(); b > 50 {
+		t.Fatalf("a burst of %d, more than half the size", b)
+	}
+}
+
 // TestCloseEndsStreams: Close ends every stream with Unavailable (after
 // the drain), so Envoys reconnect to another replica at their next report.
 func TestCloseEndsStreams(t *testing.T) {

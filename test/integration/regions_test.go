@@ -154,3 +154,26 @@ func TestRegionsThroughACut(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionsRLQS: two regions, two Envoys in each reporting one limit of
+// 60 a second over RLQS, each offering 30: each region's Envoys divide
+// its part of the limit, so together they are allowed the limit (each
+// region on its own would give its Envoys all of it: 120).
+func TestRegionsRLQS(t *testing.T) {
+	skipShort(t)
+	rs := startRegions(t, []string{"eu", "us"})
+	var envoys []*rlqsEnvoy
+	var parts []allowedCounter
+	for i, r := range rs.replicas {
+		for j := range 2 {
+			e := startEnvoyOn(t, fmt.Sprintf("Envoy %d in %s", j, rs.names[i]), r, 30, rlqsShared)
+			envoys, parts = append(envoys, e), append(parts, e)
+		}
+	}
+	time.Sleep(rlqsWarmUp + 2*time.Second)
+	rates := measure(rlqsSpan, parts...)
+	if !checkFairOf(t, 60, parts, rates, []float64{15, 15, 15, 15}) {
+		explain(t, rs.replicas, envoys)
+	}
+	checkNoMisreads(t, envoys...)
+}
