@@ -83,6 +83,7 @@ func (rs *regionSet) cut(i int, cut bool) {
 // second.
 func TestRegionsShareALimit(t *testing.T) {
 	skipShort(t)
+	t.Parallel() // regions of their own: beside the other region tests
 	rs := startRegions(t, []string{"eu", "us", "ap"})
 	offers, fair := []float64{60, 30, 10}, []float64{25, 25, 10}
 	var parts []allowedCounter
@@ -118,6 +119,7 @@ func (r *quotaReplica) regionCounts() string { return r.metricsOf("envoy_rls_reg
 // within the limit; 5 s after the links heal the shares are fair again.
 func TestRegionsThroughACut(t *testing.T) {
 	skipShort(t)
+	t.Parallel() // regions of their own: beside the other region tests
 	rs := startRegions(t, []string{"eu", "us", "ap"})
 	offers := []float64{60, 30, 10}
 	var callers []*rlsCaller
@@ -161,6 +163,7 @@ func TestRegionsThroughACut(t *testing.T) {
 // region on its own would give its Envoys all of it: 120).
 func TestRegionsRLQS(t *testing.T) {
 	skipShort(t)
+	t.Parallel() // regions of their own: beside the other region tests
 	rs := startRegions(t, []string{"eu", "us"})
 	var envoys []*rlqsEnvoy
 	var parts []allowedCounter
