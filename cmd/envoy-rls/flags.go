@@ -428,6 +428,9 @@ func (s *settings) check() error {
 	if err := s.region.check(s.store.value); err != nil {
 		return err
 	}
+	if s.region.name != "" && s.redisMode.value != redis.ScriptMode {
+		return fmt.Errorf("-region needs -redis-mode script: regions exchange their reports in a script call")
+	}
 	if err := s.xds.client.check(s.xds.address); err != nil {
 		return err
 	}

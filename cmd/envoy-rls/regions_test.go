@@ -37,14 +37,18 @@ func TestRegionFlags(t *testing.T) {
 		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "Us=redis://u:1/0"}, `"Us"`},
 		{[]string{"-store", "redis", "-region", "eu", "-region-interval", "0s"}, "-region-interval"},
 		{[]string{"-store", "redis", "-region", "eu", "-region-silence", "500ms"}, "-region-silence"},
+		{[]string{"-store", "redis", "-redis-mode", "transactions", "-region", "eu"}, "-redis-mode script"},
+		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "rediss://:s3cret@redis.ap:6380/0"}, "item 1 is not NAME=URL"},
 	} {
 		_, err := parseFlags(c.args, lookupIn(nil), io.Discard, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
 		}
 	}
-	_, err = parseFlags([]string{"-store", "redis", "-region", "eu", "-region-peers", "us=://:s3cret@x"}, lookupIn(nil), io.Discard, false)
-	if err == nil || strings.Contains(err.Error(), "s3cret") {
-		t.Fatalf("a bad peer URL: %v (the password must not show)", err)
+	for _, peers := range []string{"us=://:s3cret@x", "rediss://:s3cret@redis.ap:6380/0", "us=redis://:s3cret@x:1/0,eu=redis://:s3cret@y:1/0"} {
+		_, err = parseFlags([]string{"-store", "redis", "-region", "eu", "-region-peers", peers}, lookupIn(nil), io.Discard, false)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("-region-peers %s: %v (an error, the password never shown)", peers, err)
+		}
 	}
 }

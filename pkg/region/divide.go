@@ -139,6 +139,47 @@ func Divide(size, rate float64, views []View, claims []Claim) {
 			claims[i].Size = used + extra*part
 		}
 	}
+	wholeSizes(views, claims)
+}
+
+// wholeSizes makes the Fresh claims' sizes whole, as a bucket counts
+// whole requests, without what they may reach growing: each is rounded
+// down, and the units that frees go to those that lost the most (the
+// first in order on a tie). A claim under what its region counts (one
+// giving back its excess) frees nothing: its region still holds what it
+// counts. Rounded down one by one, a limit of 1 would admit nothing in
+// any region.
+func wholeSizes(views []View, claims []Claim) {
+	gives := func(i int) bool {
+		return views[i].State == Fresh && claims[i].Size >= want(views[i].Usage)+want(views[i].Pending)
+	}
+	sum, floors := 0.0, 0.0
+	for i := range views {
+		if gives(i) {
+			sum += claims[i].Size
+			floors += math.Floor(claims[i].Size)
+		}
+	}
+	spare := int(math.Floor(sum+1e-9) - floors)
+	for ; spare > 0; spare-- {
+		best, lost := -1, 1e-12
+		for i := range views {
+			if gives(i) {
+				if f := claims[i].Size - math.Floor(claims[i].Size); f > lost {
+					best, lost = i, f
+				}
+			}
+		}
+		if best < 0 {
+			break
+		}
+		claims[best].Size = math.Floor(claims[best].Size) + 1
+	}
+	for i, v := range views {
+		if v.State == Fresh {
+			claims[i].Size = math.Floor(claims[i].Size + 1e-9)
+		}
+	}
 }
 
 // fairSize is a Fresh region's part of pool by its share of shareLeft

@@ -55,7 +55,8 @@ func TestDivideTable(t *testing.T) {
 			// short of their fair size, 14.5 and 1.
 			name: "usage", size: 60, rate: 60,
 			views: []View{fresh(60, 30), fresh(60, 15), fresh(0, 0)},
-			sizes: []float64{29.75, 15 + 15*14.5/15.5, 15 * 1 / 15.5},
+			// Whole: 29.75, 29.03 and 0.97 round to 29, 29 and 1.
+			sizes: []float64{29, 29, 1},
 			shas:  []float64{0.4916666666666667, 0.4916666666666667, 1.0 / 60},
 		},
 		{
@@ -83,7 +84,14 @@ func TestDivideTable(t *testing.T) {
 			// what they count drains, half an exchange at a time.
 			name: "all held", size: 60, rate: 60,
 			views: []View{fresh(100, 5), {State: Late, Held: Claim{Size: 60, Share: 1}}},
-			sizes: []float64{2.5, 60}, shas: []float64{0, 1},
+			sizes: []float64{2, 60}, shas: []float64{0, 1},
+		},
+		{
+			// A limit of 1 among three idle regions: one region has it,
+			// not none (each third rounded down would be 0).
+			name: "one", size: 1, rate: 1.0 / 60,
+			views: []View{fresh(0, 0), fresh(0, 0), fresh(0, 0)},
+			sizes: []float64{1, 0, 0}, shas: []float64{third, third, third},
 		},
 		{
 			// A deny-all limit: no size to divide.
@@ -151,9 +159,9 @@ func TestDivideAddsUp(t *testing.T) {
 			}
 			reach := c.Size
 			if views[i].State == Fresh {
-				reach = max(c.Size, views[i].Usage)
+				reach = max(c.Size, math.Floor(views[i].Usage)) // a bucket counts whole requests
 				fair := max(size-heldSize, 0) * c.Share / (1 - heldShare)
-				if c.Size < min(views[i].Usage, fair)-1e-9 {
+				if c.Size < min(views[i].Usage, fair)-1 {
 					t.Fatalf("round %d: region %d claims %v, less than both the %v it counts and its fair %v", round, i, c.Size, views[i].Usage, fair)
 				}
 			}

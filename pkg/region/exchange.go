@@ -79,6 +79,13 @@ type Exchange struct {
 	// last is when each region's store was last exchanged with, Unix
 	// nanoseconds (0: never), by region.
 	last map[string]*atomic.Int64
+	// replicas is how many replicas this region had at the last
+	// division: each drains its own count by that part of the region's.
+	replicas atomic.Int64
+	// failing says, by region, whether its store's last exchange failed:
+	// what the log says once a change.
+	mu      sync.Mutex
+	failing map[string]bool
 }
 
 // use is one bucket as this replica uses it.
@@ -116,7 +123,8 @@ func New(opts Options) (*Exchange, error) {
 	slices.Sort(regions)
 	id := make([]byte, 6)
 	rand.Read(id)
-	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}}
+	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}, failing: map[string]bool{}}
+	x.replicas.Store(1)
 	x.field = opts.Region + "/" + x.replica
 	x.ledger = NewLedger(opts.Region, regions, x.silenceEpochs(), opts.Interval/2)
 	for _, r := range regions {
@@ -174,15 +182,26 @@ func (x *Exchange) Asked(buckets []limit.Bucket) {
 // regardless, at now: what this replica counts in it.
 func (x *Exchange) admitted(key uint64, l limit.Limit, hits int64, now time.Time) {
 	u := x.use(key, l, now)
-	share := 1.0
-	if c, ok := (*x.claims.Load())[key]; ok {
-		share = c.Share
-	}
+	share := x.drainShare(key, *x.claims.Load())
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.limit, u.idle = l, 0
 	u.advance(now, share)
 	u.count += float64(hits)
+}
+
+// drainShare is the part of a bucket's rate this replica's count drains
+// at: its region's share (an equal part before any claim), over the
+// region's replicas. Each counts its own admissions; drained at the
+// region's whole rate each, their counts together would be too low and
+// the others given room this region still holds. (Drained at a part,
+// one replica's count is too high when the others are idle: safe.)
+func (x *Exchange) drainShare(key uint64, claims map[uint64]Claim) float64 {
+	share := 1 / float64(len(x.ledger.regions))
+	if c, ok := claims[key]; ok {
+		share = c.Share
+	}
+	return share / float64(x.replicas.Load())
 }
 
 // use returns key's use, made if new.
@@ -195,8 +214,8 @@ func (x *Exchange) use(key uint64, l limit.Limit, now time.Time) *use {
 }
 
 // advance brings count to now: a leaky bucket's drains at share of its
-// rate; a sliding window's at its limit over its window (an estimate);
-// a fixed window's is none in a window after its own.
+// rate; a sliding window's likewise, its limit over its window (an
+// estimate); a fixed window's is none in a window after its own.
 func (u *use) advance(now time.Time, share float64) {
 	dt := now.Sub(u.at).Seconds()
 	if dt > 0 {
@@ -204,7 +223,7 @@ func (u *use) advance(now time.Time, share float64) {
 		case limit.LeakyBucket:
 			u.count = max(u.count-dt*share*u.limit.PerSecond(), 0)
 		case limit.SlidingWindow:
-			u.count = max(u.count-dt*u.limit.PerSecond(), 0)
+			u.count = max(u.count-dt*share*u.limit.PerSecond(), 0)
 		}
 		u.at = now
 	}
@@ -219,10 +238,17 @@ func (u *use) advance(now time.Time, share float64) {
 // region's store and every peer's. It returns the error of the own
 // store's write; a peer's that fails is counted, never waited for past
 // half an interval.
+//
+// The own store goes first, and the peers only if it took the report: a
+// report the peers count while this replica's own division cannot run
+// would have them divide as if it held claims it does not work out.
 func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) error {
 	rep := x.report(epoch, now)
 	x.published = AppendReport(nil, rep)
 	x.ledger.Take(rep)
+	if err := x.collect(ctx, now); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	for name, b := range x.opts.Peers {
 		wg.Go(func() {
@@ -232,9 +258,8 @@ func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) erro
 			x.exchanged(name, now, err)
 		})
 	}
-	err := x.collect(ctx, now)
 	wg.Wait()
-	return err
+	return nil
 }
 
 // collect writes this replica's last report to its own store again (it
@@ -270,12 +295,10 @@ func (x *Exchange) report(epoch int64, now time.Time) Report {
 	secs := x.opts.Interval.Seconds()
 	claims := *x.claims.Load()
 	rep := Report{Region: x.opts.Region, Replica: x.replica, Epoch: epoch, Buckets: map[uint64]Record{}}
+	full := false
 	x.uses.Range(func(k, v any) bool {
 		key, u := k.(uint64), v.(*use)
-		share := 1.0
-		if c, ok := claims[key]; ok {
-			share = c.Share
-		}
+		share := x.drainShare(key, claims)
 		u.mu.Lock()
 		u.advance(now, share)
 		asked, count, l := u.asked, u.count, u.limit
@@ -289,12 +312,16 @@ func (x *Exchange) report(epoch int64, now time.Time) Report {
 			x.uses.Delete(key)
 			return true
 		}
-		if asked > 0 || count > 0 {
+		if (asked > 0 || count > 0) && !full {
 			rep.Buckets[key] = Record{Demand: float64(asked) / secs, Usage: count,
 				Bucket: Bucket{Size: float64(l.Size), Rate: l.PerSecond()}}
+			full = len(rep.Buckets) == MaxReportBuckets
 		}
 		return true
 	})
+	if full {
+		x.opts.Logger.Warn("region: this replica used more buckets in an interval than a report holds; the others go unreported", "most", MaxReportBuckets)
+	}
 	return rep
 }
 
@@ -315,6 +342,7 @@ func (x *Exchange) Divide(ctx context.Context, epoch int64, now time.Time) error
 	})
 	claims := x.ledger.Claims(epoch, mine)
 	x.ledger.Forget(epoch)
+	x.replicas.Store(int64(x.ledger.Replicas(x.opts.Region, epoch)))
 	x.claims.Store(&claims)
 	return nil
 }
@@ -326,7 +354,7 @@ func (x *Exchange) Run(ctx context.Context) {
 	iv := x.opts.Interval
 	for {
 		now := x.opts.Clock()
-		next := now.Truncate(iv).Add(iv)
+		next := time.Unix(0, (now.UnixNano()/int64(iv)+1)*int64(iv)) // a multiple since the Unix epoch
 		if !sleep(ctx, next.Sub(now)) {
 			return
 		}
@@ -341,12 +369,23 @@ func (x *Exchange) Run(ctx context.Context) {
 	}
 }
 
-// exchanged notes an exchange with region's store at now.
+// exchanged notes an exchange with region's store at now, and logs when
+// its result changes.
 func (x *Exchange) exchanged(region string, now time.Time, err error) {
 	if err == nil {
 		x.last[region].Store(now.UnixNano())
 	}
 	x.opts.Observer.Exchanged(region, err)
+	x.mu.Lock()
+	was := x.failing[region]
+	x.failing[region] = err != nil
+	x.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		x.opts.Logger.Warn("region: exchanging reports with a region's store fails; the claims in force stay", "region", region, "err", err)
+	case err == nil && was:
+		x.opts.Logger.Info("region: exchanging reports with a region's store works again", "region", region)
+	}
 }
 
 // LastExchange is when region's store was last exchanged with; zero if

@@ -183,3 +183,95 @@ func TestRegionalBucketsAreNotDivided(t *testing.T) {
 		t.Errorf("the report names %d buckets, the regional one among them: %v", len(rep.Buckets), rep.Buckets)
 	}
 }
+
+// TestReplicasCountTheirPart: two replicas of one region on one store,
+// each admitting 10 at once: each drains its count by its part of the
+// region's drain, so what they report together 200 ms on is no less than
+// what the region's bucket holds. (Each draining the region's whole
+// share, they reported nothing while the bucket held 8.)
+func TestReplicasCountTheirPart(t *testing.T) {
+	board := newMemBoard()
+	clock := time.Unix(1_800_000_000, 0)
+	var xs []*Exchange
+	for range 2 {
+		x, err := New(Options{Region: "eu", Regions: []string{"eu", "us"}, Own: board, Interval: time.Second, Silence: time.Minute,
+			Clock: func() time.Time { return clock }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xs = append(xs, x)
+	}
+	inner, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	ctx := context.Background()
+	l := limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit()
+	b := limit.Bucket{Key: "api|user=u", Limit: l, Hits: 1}
+	// Two epochs: both replicas report, and learn there are two of them.
+	for epoch := int64(1); epoch <= 2; epoch++ {
+		for _, x := range xs {
+			x.Asked([]limit.Bucket{b})
+			if err := x.Publish(ctx, epoch-1, clock); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, x := range xs {
+			if err := x.Divide(ctx, epoch, clock); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock = clock.Add(time.Second)
+	}
+	res := make([]limit.Result, 1)
+	for _, x := range xs {
+		st := x.Wrap(inner)
+		for range 10 {
+			x.Asked([]limit.Bucket{b})
+			if err := st.Apply(ctx, clock, []limit.Bucket{b}, res); err != nil || !res[0].Admitted {
+				t.Fatalf("%v, %+v", err, res[0])
+			}
+		}
+	}
+	clock = clock.Add(200 * time.Millisecond)
+	reported := 0.0
+	for _, x := range xs {
+		reported += x.report(3, clock).Buckets[KeyHash(b.Key)].Usage
+	}
+	states := make([]limit.State, 1)
+	at, err := inner.State(ctx, clock, []limit.Bucket{{Key: b.Key, Limit: xs[0].Scaled(KeyHash(b.Key), l)}}, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := float64(limit.Count(states[0], xs[0].Scaled(KeyHash(b.Key), l), at))
+	t.Logf("the replicas report %.1f, the bucket holds %.0f", reported, level)
+	if reported < level-1 { // the bucket drips whole requests: a drip's difference
+		t.Fatalf("the replicas report %.1f in all, less than the %.0f the region's bucket holds", reported, level)
+	}
+}
+
+// TestRefusedRequestsCountNothing: a request refused by one of its
+// buckets charges none, and the wrapper counts none of its hits as
+// admitted, the bucket with room included.
+func TestRefusedRequestsCountNothing(t *testing.T) {
+	x, err := New(Options{Region: "eu", Regions: []string{"eu"}, Own: newMemBoard(), Interval: time.Second, Silence: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	now := time.Unix(1_800_000_000, 0)
+	roomy := limit.Bucket{Key: "api|user=u", Limit: limit.Rate{RequestsPerUnit: 100, Unit: limit.Second}.Limit(), Hits: 1}
+	full := limit.Bucket{Key: "api|user=u|action=a", Limit: limit.Limit{Size: 0, DripRate: time.Second, DripSize: 1}, Hits: 1}
+	res := make([]limit.Result, 2)
+	if err := x.Wrap(inner).Apply(context.Background(), now, []limit.Bucket{roomy, full}, res); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.report(1, now).Buckets[KeyHash(roomy.Key)].Usage; got != 0 {
+		t.Fatalf("a refused request counted %v in the bucket that had room", got)
+	}
+}

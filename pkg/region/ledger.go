@@ -1,6 +1,9 @@
 package region
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Exchanges run on epochs: every interval, at the same instants in every
 // region (multiples of the interval since the Unix epoch, on each
@@ -63,6 +66,7 @@ type Ledger struct {
 type heldClaims struct {
 	claims []Claim
 	epoch  int64
+	limit  Bucket
 }
 
 // NewLedger returns the ledger of a replica of region self, among
@@ -176,6 +180,18 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 			}
 		}
 	}
+	// While a region is late, the buckets it last held claims of are
+	// divided too, whether or not a fresh report names them: it holds
+	// them still, and the others must leave it its part.
+	late := slices.Contains(states, Late)
+	if late {
+		for key, h := range l.held {
+			if _, ok := limits[key]; !ok && heldByLate(h, states) {
+				sums[key] = make([]Record, n)
+				limits[key] = h.limit
+			}
+		}
+	}
 	out := make(map[uint64]Claim, len(sums))
 	views := make([]View, n)
 	for key, b := range limits {
@@ -201,7 +217,17 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 		}
 		claims := make([]Claim, n)
 		Divide(b.Size, b.Rate, views, claims)
-		l.held[key] = &heldClaims{claims: claims, epoch: epoch}
+		if late && h != nil {
+			// While a region is late, no region's claim grows: a region
+			// that hears it and one that does not may divide differently,
+			// and only parts that shrink keep them within the limit.
+			for i := range claims {
+				if states[i] == Fresh {
+					claims[i] = Claim{Size: min(claims[i].Size, h.claims[i].Size), Share: min(claims[i].Share, h.claims[i].Share)}
+				}
+			}
+		}
+		l.held[key] = &heldClaims{claims: claims, epoch: epoch, limit: b}
 		out[key] = claims[l.self]
 	}
 	// Claims of buckets no longer used here for as long as a region may
@@ -212,6 +238,29 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 		}
 	}
 	return out
+}
+
+// Replicas is how many replicas of region reported an epoch from
+// epoch-1 on (at least one): what each of them counts is its part of the
+// region's bucket.
+func (l *Ledger) Replicas(region string, epoch int64) int {
+	n := 0
+	for _, two := range l.reports {
+		if two[0].Region == region && two[0].Epoch >= epoch-1 {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// heldByLate reports whether a late region holds a claim in h.
+func heldByLate(h *heldClaims, states []State) bool {
+	for i, st := range states {
+		if st == Late && (h.claims[i].Size > 0 || h.claims[i].Share > 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // Forget drops the reports of replicas silent for more than the silence,

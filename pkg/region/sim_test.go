@@ -380,3 +380,18 @@ func TestSimBursts(t *testing.T) {
 		})
 	}
 }
+
+// TestSimOneLinkCut: only the link between regions 0 and 2 is cut, from
+// 20 s to 50 s; region 1 hears both. Each region is asked 30 a second of
+// 60, then region 0 90 and region 2 5 from 25 s. While a region is late
+// no region's claim grows, so those that hear it and those that do not
+// stay within the limit together.
+func TestSimOneLinkCut(t *testing.T) {
+	s := newSim(t, perSecond(60), time.Second, 50*time.Millisecond, step(30, 90, 25*time.Second), steady(30), step(30, 5, 25*time.Second))
+	s.cut = func(t time.Duration, from, to int) bool {
+		return t >= 20*time.Second && t < 50*time.Second && from+to == 2 && from != to
+	}
+	s.run(60 * time.Second)
+	t.Logf("per second:%s", s.timeline(60*time.Second))
+	checkBound(t, s, 5*time.Second, 0, 60*time.Second, 0)
+}

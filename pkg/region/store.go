@@ -33,8 +33,16 @@ func (s *Store) Apply(ctx context.Context, now time.Time, buckets []limit.Bucket
 	if err != nil {
 		return err
 	}
+	// A request is admitted only if all its buckets are (all or
+	// nothing): a bucket with room in a refused request is not charged.
+	all := true
 	for i, b := range buckets {
-		if !b.Regional && b.Hits > 0 && (results[i].Admitted || b.Always) {
+		if !b.Shadow && !results[i].Admitted {
+			all = false
+		}
+	}
+	for i, b := range buckets {
+		if !b.Regional && b.Hits > 0 && (all || b.Always) {
 			s.x.admitted(keys[i], b.Limit, b.Hits, now)
 		}
 	}
