@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/ui"
@@ -23,6 +24,15 @@ type page struct {
 
 	activity *ui.Activity
 	reloads  *ui.Reloads
+	// regions are the regions' statuses (nil: no regions).
+	regions func() []region.Status
+}
+
+// showRegions has the page show the regions statuses gives.
+func (p *page) showRegions(statuses func() []region.Status) {
+	if p != nil {
+		p.regions = statuses
+	}
 }
 
 // newPage returns the page -admin-page and -admin-addr ask for, or nil.
@@ -70,6 +80,7 @@ func (p *page) handler(ctx context.Context, admin http.Handler, addr net.Addr, s
 	if quotas != nil {
 		o.RLQS = quotas
 	}
+	o.Regions = p.regions
 	return ui.Handler(o)
 }
 

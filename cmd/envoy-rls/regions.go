@@ -117,7 +117,7 @@ func openRegions(s *settings, own *redis.Store, m *metrics.Metrics, log *slog.Lo
 		closeAll()
 		return nil, nil, err
 	}
-	m.WatchRegions(names, x.LastExchange)
+	m.WatchRegions(x.Statuses)
 	return x, closeAll, nil
 }
 

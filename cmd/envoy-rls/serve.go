@@ -122,7 +122,8 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 	m.WatchRLQS(quotas.Streams, quotas.Buckets)
 	opts.Demand, opts.Quotas = usage, quotas
 	if regions != nil {
-		opts.Demand = demands{usage, regions}
+		opts.Demand, opts.Regions = demands{usage, regions}, regions
+		pg.showRegions(regions.Statuses)
 	}
 	var stopTracing func()
 	if opts.Tracing, stopTracing, err = startTracing(ctx, s, log); err != nil {

@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/region"
@@ -44,18 +42,49 @@ func (r *regionMetrics) Exchanged(region string, err error) {
 	}
 }
 
-// WatchRegions exports, at each scrape, the seconds since this replica
-// last exchanged with each region's store (-1 before the first).
-func (m *Metrics) WatchRegions(regions []string, last func(region string) time.Time) {
-	for _, name := range regions {
-		m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "envoy_rls_region_last_exchange_seconds",
-			Help: "Seconds since this replica last exchanged its report with the region's store (-1: never).", ConstLabels: prometheus.Labels{"region": name}},
-			func() float64 {
-				at := last(name)
-				if at.IsZero() {
-					return -1
-				}
-				return time.Since(at).Seconds()
-			}))
+// WatchRegions exports, at each scrape, each region as statuses gives
+// it (region.Exchange.Statuses): the seconds since this replica last
+// exchanged with its store (-1 before the first), its state at the last
+// division, and the buckets and demand its replicas last reported.
+func (m *Metrics) WatchRegions(statuses func() []region.Status) {
+	m.registry.MustRegister(&regionCollector{statuses: statuses})
+}
+
+var (
+	regionLastExchange = prometheus.NewDesc("envoy_rls_region_last_exchange_seconds",
+		"Seconds since this replica last exchanged its report with the region's store (-1: never).", []string{"region"}, nil)
+	regionState = prometheus.NewDesc("envoy_rls_region_state",
+		"The region's state at the last division, 1 for the state it is in: fresh (its reports arrived), late (they did not: it keeps its claims), gone (silent past -region-silence: its claims given back).",
+		[]string{"region", "state"}, nil)
+	regionBuckets = prometheus.NewDesc("envoy_rls_region_buckets",
+		"Buckets the region's replicas reported using in the last interval divided.", []string{"region"}, nil)
+	regionDemand = prometheus.NewDesc("envoy_rls_region_demand_per_second",
+		"Hits a second the region's replicas were asked of every bucket they reported, in the last interval divided.", []string{"region"}, nil)
+)
+
+// regionCollector reads the regions' statuses once a scrape.
+type regionCollector struct {
+	statuses func() []region.Status
+}
+
+func (c *regionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- regionLastExchange
+	ch <- regionState
+	ch <- regionBuckets
+	ch <- regionDemand
+}
+
+func (c *regionCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.statuses() {
+		ch <- prometheus.MustNewConstMetric(regionLastExchange, prometheus.GaugeValue, s.LastExchangeSeconds, s.Region)
+		for _, st := range []string{"fresh", "late", "gone"} {
+			v := 0.0
+			if s.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(regionState, prometheus.GaugeValue, v, s.Region, st)
+		}
+		ch <- prometheus.MustNewConstMetric(regionBuckets, prometheus.GaugeValue, float64(s.Buckets), s.Region)
+		ch <- prometheus.MustNewConstMetric(regionDemand, prometheus.GaugeValue, s.Demand, s.Region)
 	}
 }

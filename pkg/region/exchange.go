@@ -72,13 +72,17 @@ type Exchange struct {
 	field   string // its field on the boards: region/replica
 	// published is its last report, encoded: the exchange loop's own.
 	published []byte
-	ledger    *Ledger // the exchange loop's own
+	// ledger is the exchange loop's; the views read it too, under lmu.
+	lmu    sync.Mutex
+	ledger *Ledger
 	// uses are this replica's buckets, by key hash: *use.
 	uses   sync.Map
 	claims atomic.Pointer[map[uint64]Claim]
 	// last is when each region's store was last exchanged with, Unix
 	// nanoseconds (0: never), by region.
 	last map[string]*atomic.Int64
+	// failed counts, by region, the exchanges with its store that failed.
+	failed map[string]*atomic.Int64
 	// replicas is how many replicas this region had at the last
 	// division: each drains its own count by that part of the region's.
 	replicas atomic.Int64
@@ -123,12 +127,12 @@ func New(opts Options) (*Exchange, error) {
 	slices.Sort(regions)
 	id := make([]byte, 6)
 	rand.Read(id)
-	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}, failing: map[string]bool{}}
+	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}, failed: map[string]*atomic.Int64{}, failing: map[string]bool{}}
 	x.replicas.Store(1)
 	x.field = opts.Region + "/" + x.replica
 	x.ledger = NewLedger(opts.Region, regions, x.silenceEpochs(), opts.Interval/2)
 	for _, r := range regions {
-		x.last[r] = &atomic.Int64{}
+		x.last[r], x.failed[r] = &atomic.Int64{}, &atomic.Int64{}
 	}
 	empty := map[uint64]Claim{}
 	x.claims.Store(&empty)
@@ -245,7 +249,9 @@ func (u *use) advance(now time.Time, share float64) {
 func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) error {
 	rep := x.report(epoch, now)
 	x.published = AppendReport(nil, rep)
+	x.lmu.Lock()
 	x.ledger.Take(rep)
+	x.lmu.Unlock()
 	if err := x.collect(ctx, now); err != nil {
 		return err
 	}
@@ -272,6 +278,8 @@ func (x *Exchange) collect(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	x.lmu.Lock()
+	defer x.lmu.Unlock()
 	for _, p := range got {
 		region, replica, ok := strings.Cut(p.Field, "/")
 		if !ok {
@@ -340,10 +348,12 @@ func (x *Exchange) Divide(ctx context.Context, epoch int64, now time.Time) error
 		u.mu.Unlock()
 		return true
 	})
+	x.lmu.Lock()
 	claims := x.ledger.Claims(epoch, mine)
 	x.ledger.Forget(epoch)
 	x.replicas.Store(int64(x.ledger.Replicas(x.opts.Region, epoch)))
 	x.claims.Store(&claims)
+	x.lmu.Unlock()
 	return nil
 }
 
@@ -374,6 +384,8 @@ func (x *Exchange) Run(ctx context.Context) {
 func (x *Exchange) exchanged(region string, now time.Time, err error) {
 	if err == nil {
 		x.last[region].Store(now.UnixNano())
+	} else {
+		x.failed[region].Add(1)
 	}
 	x.opts.Observer.Exchanged(region, err)
 	x.mu.Lock()

@@ -61,6 +61,11 @@ type Ledger struct {
 	// held are the claims last worked out for each bucket, by region
 	// place, with the epoch they were worked out at.
 	held map[uint64]*heldClaims
+	// divided is the epoch of the last claims worked out, and states
+	// each region's state then (nil before the first): what the views
+	// show.
+	divided int64
+	states  []State
 }
 
 type heldClaims struct {
@@ -192,6 +197,7 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 			}
 		}
 	}
+	l.divided, l.states = epoch, states
 	out := make(map[uint64]Claim, len(sums))
 	views := make([]View, n)
 	for key, b := range limits {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 	"github.com/envoy-rls/envoy-rls/pkg/window"
 )
 
@@ -21,6 +22,9 @@ type Buckets struct {
 	// At is the instant the buckets were read at (the store's clock).
 	At          string              `json:"at"`
 	Descriptors []DescriptorBuckets `json:"descriptors"`
+	// Regions is every region a limit is divided among, as this replica
+	// sees it; absent without regions.
+	Regions []region.Status `json:"regions,omitempty"`
 }
 
 // DescriptorBuckets are the buckets of one descriptor: one per level of
@@ -54,6 +58,10 @@ type BucketStatus struct {
 	BackWithin string `json:"back_within,omitempty"`
 	// Period is a calendar window's period that the bucket counts now.
 	Period *Period `json:"period,omitempty"`
+	// Regions is the bucket as the regions divide it: this region's
+	// claim, which Remaining and the rest are of, and each region's
+	// part; absent without regions and for a limit of scope: region.
+	Regions *region.BucketView `json:"regions,omitempty"`
 }
 
 // Period is the calendar period a calendar window counts in: its start
@@ -150,11 +158,13 @@ func (s *Service) Buckets(ctx context.Context, domain string, descs [][]descript
 	if err != nil {
 		return nil, &storeError{err: err}
 	}
-	byKey := make(map[string]limit.State, len(buckets))
+	byKey := make(map[string]int, len(buckets))
 	for i, b := range buckets {
-		byKey[b.Key] = states[i]
+		byKey[b.Key] = i
 	}
-	out := &Buckets{Domain: d.Name, At: at.UTC().Format(time.RFC3339Nano), Descriptors: make([]DescriptorBuckets, len(descs))}
+	decided := s.decidedUnder(buckets)
+	out := &Buckets{Domain: d.Name, At: at.UTC().Format(time.RFC3339Nano), Descriptors: make([]DescriptorBuckets, len(descs)),
+		Regions: s.regionStatuses()}
 	for i, es := range descs {
 		db := &out.Descriptors[i]
 		db.Unlimited = len(levels[i]) == 0 && d.Unlimited(es)
@@ -163,16 +173,18 @@ func (s *Service) Buckets(ctx context.Context, domain string, descs [][]descript
 			db.Entries = append(db.Entries, Entry(e))
 		}
 		for _, l := range levels[i] {
-			db.Buckets = append(db.Buckets, bucketStatus(l, byKey[l.Key], at))
+			k := byKey[l.Key]
+			b := bucketStatus(l, decided[k].Limit, states[k], at)
+			b.Regions = s.regionView(buckets[k])
+			db.Buckets = append(db.Buckets, b)
 		}
 	}
 	return out, nil
 }
 
-// bucketStatus reports a level's bucket in state st at now: a peek for
-// what it holds, one hit for whether one more fits.
-func bucketStatus(l descriptors.Level, st limit.State, at time.Time) BucketStatus {
-	lim := l.Rule.Limit
+// bucketStatus reports a level's bucket, decided under lim, in state st
+// at now: a peek for what it holds, one hit for whether one more fits.
+func bucketStatus(l descriptors.Level, lim limit.Limit, st limit.State, at time.Time) BucketStatus {
 	peek := limit.Decide(st, lim, at, 0)
 	d := debtOf(st, lim, at, peek)
 	st.Counts = slices.Clone(st.Counts) // a sliding window's hit is charged in place

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 )
 
 // Inspector is a store whose buckets can be read without charging them,
@@ -68,6 +69,9 @@ type Explanation struct {
 	// hits were given back, or a reset, that the replica did not hear of.
 	CacheRejects bool                    `json:"cache_rejects,omitempty"`
 	Descriptors  []DescriptorExplanation `json:"descriptors"`
+	// Regions is every region a limit is divided among, as this replica
+	// sees it; absent without regions.
+	Regions []region.Status `json:"regions,omitempty"`
 }
 
 // Header is one response header.
@@ -195,6 +199,10 @@ type BucketState struct {
 	BackWithin string `json:"back_within,omitempty"`
 	// Period is a calendar window's period that the bucket counts now.
 	Period *Period `json:"period,omitempty"`
+	// Regions is the bucket as the regions divide it: this region's
+	// claim, which the rest is of, and each region's part; absent without
+	// regions and for a limit of scope: region.
+	Regions *region.BucketView `json:"regions,omitempty"`
 }
 
 // ExplainConfig explains a request from the config alone, without bucket
@@ -253,13 +261,14 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 	if err != nil {
 		return nil, &storeError{err: err}
 	}
+	decided := s.decidedUnder(w.buckets) // the response's headers give the limits themselves
 	debts := make([]debt, len(w.buckets))
 	periods := make([]*Period, len(w.buckets))
-	for k, b := range w.buckets {
+	for k, b := range decided {
 		debts[k] = debtOf(states[k], b.Limit, at, limit.Decide(states[k], b.Limit, at, 0)) // before DecideAll, which may charge the states in place
 		periods[k] = periodOf(b.Limit, states[k], at)
 	}
-	limit.DecideAll(states, w.buckets, at, w.results)
+	limit.DecideAll(states, decided, at, w.results)
 	w.now = at
 	resp := s.response(d, req, w, false)
 
@@ -269,6 +278,7 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 		e.Headers = append(e.Headers, Header{Key: h.GetKey(), Value: h.GetValue()})
 	}
 	e.Body = string(resp.GetRawBody())
+	e.Regions = s.regionStatuses()
 	now := s.clock() // the over-limit cache's clock
 	peek := false    // a call that checks a bucket without charging it asks the store
 	for _, b := range w.buckets {
@@ -284,7 +294,8 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (*Ex
 		checked(de, walks[i], w.starts[i], func(x *LimitExplanation, j int) {
 			k := w.bucketOf[j]
 			r := &w.results[k]
-			bs := &BucketState{Admits: r.Admitted, Remaining: r.Remaining, Clear: r.Clear.String(), Period: periods[k]}
+			bs := &BucketState{Admits: r.Admitted, Remaining: r.Remaining, Clear: r.Clear.String(), Period: periods[k],
+				Regions: s.regionView(w.buckets[k])}
 			if !r.Admitted {
 				bs.Reset = r.Reset.String()
 			}

@@ -140,6 +140,10 @@ type Options struct {
 	// Quotas, if set, is what GET /buckets shows of the Rate Limit Quota
 	// Service's streams.
 	Quotas Quotas
+	// Regions, if set, divides every limit among regions (the Store
+	// decides under this region's claims): GET /buckets and POST /explain
+	// read the buckets under them and show each region's part.
+	Regions Regions
 }
 
 // Demand is told the hits each request asks of its buckets, admitted or
@@ -176,6 +180,7 @@ type Service struct {
 	tracer          trace.Tracer // nil: off
 	demand          Demand       // nil: none
 	quotas          Quotas       // nil: none
+	regions         Regions      // nil: none
 	errLog          throttle
 	work            sync.Pool
 }
@@ -206,7 +211,7 @@ func New(opts Options) (*Service, error) {
 		cacheSize: opts.OverLimitCacheSize, cacheBytes: opts.OverLimitCacheBytes,
 		caps:      newCaps(opts.MaxDescriptors, opts.MaxEntries, opts.MaxEntryBytes),
 		quotaMode: opts.QuotaMode, dynamicMetadata: opts.DynamicMetadata, refHeaders: opts.ReferenceHeaders.withDefaults(),
-		demand: opts.Demand, quotas: opts.Quotas,
+		demand: opts.Demand, quotas: opts.Quotas, regions: opts.Regions,
 	}
 	if t := opts.Tracing; t != nil {
 		if t.Provider == nil || t.Propagator == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/bucketkey"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 )
 
@@ -45,6 +46,9 @@ type Options struct {
 	Activity *Activity
 	// RLQS is the quota service (nil: none).
 	RLQS RLQS
+	// Regions returns every region a limit is divided among, as this
+	// replica sees them (nil: no regions).
+	Regions func() []region.Status
 	// Admin serves every other path of the admin address (rls.AdminHandler),
 	// behind SameOrigin for the methods that change state; Origins are
 	// the origins that may (see SameOrigin).
@@ -146,6 +150,9 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	}
 	if at, err := h.o.Reloads.Last(); !at.IsZero() {
 		st.Config.LastReload, st.Config.LastError = at.UTC().Format(time.RFC3339), err
+	}
+	if h.o.Regions != nil {
+		st.Regions = h.o.Regions()
 	}
 	writeJSON(w, st)
 }

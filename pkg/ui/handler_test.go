@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 )
 
 type downStore struct{ calls int }
@@ -168,5 +169,21 @@ func TestLimitsBounded(t *testing.T) {
 	get(t, h, "/ui/limits?seconds=1", &lim)
 	if !lim.Truncated || len(lim.Domains) != 1 || len(lim.Domains[0].Limits) != MaxLimits {
 		t.Errorf("truncated %v, %d domains", lim.Truncated, len(lim.Domains))
+	}
+}
+
+// TestStatusShowsRegions: GET /ui/status lists the regions when there are
+// some, as the exchange gives them, and leaves them out otherwise.
+func TestStatusShowsRegions(t *testing.T) {
+	var st map[string]any
+	get(t, newTestHandler(t, Options{}), "/ui/status", &st)
+	if _, ok := st["regions"]; ok {
+		t.Fatalf("without regions: %v", st)
+	}
+	regions := []region.Status{{Region: "eu", Own: true, State: "fresh"}, {Region: "us", State: "late", LastExchangeSeconds: 4.5, FailedExchanges: 3}}
+	var got Status
+	get(t, newTestHandler(t, Options{Regions: func() []region.Status { return regions }}), "/ui/status", &got)
+	if len(got.Regions) != 2 || got.Regions[1] != regions[1] || !got.Regions[0].Own {
+		t.Fatalf("regions %+v, want %+v", got.Regions, regions)
 	}
 }

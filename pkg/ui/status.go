@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 )
 
 // Checker is a store's health check (rls.Checker): nil while it answers.
@@ -88,6 +90,9 @@ type Status struct {
 	Config        ConfigStatus `json:"config"`
 	Started       string       `json:"started"` // RFC 3339
 	UptimeSeconds int64        `json:"uptime_seconds"`
+	// Regions is every region a limit is divided among (-region), as this
+	// replica sees it; absent without regions.
+	Regions []region.Status `json:"regions,omitempty"`
 }
 
 // StoreStatus is the store and whether it answers its health check.

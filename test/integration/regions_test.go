@@ -1,14 +1,17 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/netdelay"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // These tests run regions on one machine: each its own Redis and a
@@ -98,6 +101,78 @@ func TestRegionsShareALimit(t *testing.T) {
 			t.Logf("region %s: %s", r.name, r.regionCounts())
 		}
 	}
+	for _, r := range rs.replicas {
+		checkRegionViews(t, r, rs.names, offers, "fresh")
+	}
+	t.Run("page", func(t *testing.T) {
+		tb := openTab(t, newBrowser(t), "http://"+rs.replicas[0].adminAddr+"/")
+		tb.waitFor(10*time.Second, "the three regions, fresh",
+			`[...document.querySelectorAll("#regions tbody tr")].filter((tr) => tr.innerText.includes("fresh")).length === 3 && !document.getElementById("regions").hidden`)
+		if !strings.Contains(tb.text(), "eu (this region)") {
+			t.Errorf("the page does not name eu as its own region:\n%s", tb.text())
+		}
+		if errs := tb.consoleErrors(); len(errs) > 0 {
+			t.Errorf("the console: %v", errs)
+		}
+	})
+}
+
+// checkRegionViews checks what replica r shows of the regions (names)
+// and of the shared bucket, its callers offering offers a second in
+// each: every region in state, exchanged with lately (fresh: within two
+// intervals, none failed; else some failed), each region's demand about
+// its offer (fresh only) and claims within the limit.
+func checkRegionViews(t *testing.T, r *quotaReplica, names []string, offers []float64, state string) {
+	t.Helper()
+	out, err := r.get("/buckets?domain=edge&descriptor=api=shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b rls.Buckets
+	if err := json.Unmarshal([]byte(out), &b); err != nil || len(b.Descriptors) != 1 || len(b.Descriptors[0].Buckets) != 1 {
+		t.Fatalf("region %s: GET /buckets: %v\n%s", r.name, err, out)
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("region %s: "+format+"\nGET /buckets:\n%s", append(append([]any{r.name}, args...), out)...)
+	}
+	if len(b.Regions) != len(names) {
+		fail("%d regions shown, want %d", len(b.Regions), len(names))
+		return
+	}
+	for _, s := range b.Regions {
+		want := state
+		if s.Region == r.name {
+			want = "fresh" // its own reports always count
+		}
+		switch {
+		case s.State != want:
+			fail("region %s is %s, want %s", s.Region, s.State, want)
+		case want == "fresh" && (s.LastExchangeSeconds < 0 || s.LastExchangeSeconds > 2 || s.FailedExchanges > 0):
+			fail("region %s exchanged with %.1f s ago, %d exchanges failed: want within 2 s, none failed", s.Region, s.LastExchangeSeconds, s.FailedExchanges)
+		case want != "fresh" && s.FailedExchanges == 0:
+			fail("region %s is %s, and no exchange with its store failed", s.Region, s.State)
+		}
+	}
+	v := b.Descriptors[0].Buckets[0].Regions
+	if v == nil || !v.Divided || len(v.Parts) != len(names) || v.Region != r.name {
+		fail("the bucket's regions: %+v, want divided among %d regions", v, len(names))
+		return
+	}
+	size, rate := 0.0, 0.0
+	for i, p := range v.Parts {
+		size, rate = size+p.Size, rate+p.Rate
+		offer := offers[slices.Index(names, p.Region)]
+		if p.State == "fresh" && (p.Demand < 0.75*offer || p.Demand > 1.25*offer) {
+			fail("part %d: region %s was asked %.1f/s, its callers offer %.0f", i, p.Region, p.Demand, offer)
+		}
+		if p.Region == r.name && (p.Size != v.Size || p.Rate != v.Rate) {
+			fail("its own part %+v is not the claim it decides under (%v, %v/s)", p, v.Size, v.Rate)
+		}
+	}
+	if size > 60+1e-6 || rate > 60+1e-6 {
+		fail("the parts add up to %.2f and %.2f/s, past the limit of 60 and 60/s", size, rate)
+	}
 }
 
 // namedCounter names an allowedCounter.
@@ -142,6 +217,7 @@ func TestRegionsThroughACut(t *testing.T) {
 	if during[0] < 0.8*25 {
 		t.Errorf("during the cut eu was allowed %.1f/s, below 80%% of the 25 it held", during[0])
 	}
+	checkRegionViews(t, rs.replicas[0], rs.names, []float64{60, 60, 10}, "late")
 	rs.cut(0, false)
 	time.Sleep(5 * time.Second)
 	after := measure(10*time.Second, parts...)

@@ -113,6 +113,36 @@ function drawService(s) {
   dl.replaceChildren(...facts.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v ?? "") })]));
   dl.querySelectorAll("dd")[2].className = s.store.ok ? "ok" : "bad";
   dl.querySelectorAll("dd")[5].className = s.config.last_error ? "bad" : "";
+  drawRegions(s.regions);
+}
+
+// ---- Regions ----
+
+function drawRegions(regions) {
+  const section = document.getElementById("regions");
+  section.hidden = !regions || regions.length === 0;
+  if (section.hidden) return;
+  const rows = regions.map((r) => [
+    r.region + (r.own ? " (this region)" : ""),
+    el("span", { class: r.state === "fresh" ? "ok" : "bad", text: r.state }),
+    r.last_exchange_seconds < 0 ? "never" : r.last_exchange_seconds < 60 ? r.last_exchange_seconds.toFixed(1) + " s ago" : duration(r.last_exchange_seconds) + " ago",
+    r.failed_exchanges, r.replicas, r.buckets, fmt(r.demand_per_second)]);
+  replace(document.getElementById("regions-body"),
+    table("Regions", ["Region", "State", "Last exchange with its store", "Failed exchanges", "Replicas", "Buckets", "Demand (/s)"], rows));
+}
+
+// regionProblems are the regions whose reports did not arrive.
+function regionProblems(regions) {
+  return (regions || []).filter((r) => r.state !== "fresh").map((r) => r.state === "late"
+    ? "Region " + r.region + " is late: its reports have not arrived; it keeps its part of each limit."
+    : "Region " + r.region + " is gone: silent past -region-silence; its part of each limit is given back to the others.");
+}
+
+// regionText is a bucket's part of its limit in each region.
+function regionText(v) {
+  if (!v.divided) return "region " + v.region + " decides under an equal part (" + fmt(v.size) + ", " + fmt(v.rate) + "/s) until the regions exchange";
+  return "region " + v.region + " decides under " + fmt(v.size) + " at " + fmt(v.rate) + "/s; " +
+    v.parts.map((p) => p.region + " (" + p.state + "): asked " + fmt(p.demand_per_second) + "/s, holds " + fmt(p.size) + " at " + fmt(p.rate) + "/s").join(", ");
 }
 
 // ---- Limits ----
@@ -275,6 +305,12 @@ function explainSummary(e) {
     if (d.duration_until_reset) parts.push("resets in " + d.duration_until_reset);
     if (d.stopped) parts.push("stopped at entry " + d.stopped.entry + ": " + d.stopped.reason);
     out.push(el("p", { class: "explained", text: parts.join("; ") }));
+    for (const step of d.walk || []) {
+      for (const l of step.limits || []) {
+        const v = l.bucket && l.bucket.state && l.bucket.state.regions;
+        if (v) out.push(el("p", { class: "explained regions", text: l.label + ": " + regionText(v) }));
+      }
+    }
   }
   out.push(el("details", {}, el("summary", { text: "The whole explanation (JSON)" }), el("pre", { text: JSON.stringify(e, null, 2) })));
   return out;
@@ -333,6 +369,7 @@ async function refresh() {
     const s = status.value.store;
     problems.unshift("Store down: " + s.name + " does not answer" + (s.error ? " (" + s.error + ")" : "") + ".");
   }
+  if (status.status === "fulfilled") problems.push(...regionProblems(status.value.regions));
   banner(problems);
   if (draws.some(([res]) => res.status === "fulfilled")) {
     document.getElementById("updated").textContent = "Updated " + new Date().toLocaleTimeString();
