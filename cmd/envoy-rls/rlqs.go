@@ -8,6 +8,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/grpcconn"
 	"github.com/envoy-rls/envoy-rls/pkg/limit"
+	"github.com/envoy-rls/envoy-rls/pkg/region"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
@@ -54,8 +55,15 @@ func (r *rlqsSettings) noteGiven(fs *flag.FlagSet, mode failureMode) {
 // quotaService is the Rate Limit Quota Service over the same store and
 // config as the RLS service: on Redis (red not nil), replicas share their
 // subscribers there; on memory, in process.
-func quotaService(s *settings, st store, red *redis.Store, config func() *descriptors.Config, usage *rlqs.Usage, claim func(string, limit.Limit) limit.Limit,
+func quotaService(s *settings, st store, red *redis.Store, config func() *descriptors.Config, usage *rlqs.Usage, regions *region.Exchange,
 	obs rlqs.Observer, log *slog.Logger) (*rlqs.Service, error) {
+	var claim func(string, limit.Limit) limit.Limit
+	var demand func(any, string, limit.Limit, float64, time.Time)
+	if regions != nil {
+		// A region's Envoys divide its part of each level, and what they
+		// ask is its demand.
+		claim, demand = regions.Claim, regions.Wants
+	}
 	var registry rlqs.Registry = rlqs.NewMemoryRegistry(rlqs.DefaultDivideEvery)
 	if red != nil {
 		registry = rlqs.RedisRegistry(red)
@@ -69,7 +77,7 @@ func quotaService(s *settings, st store, red *redis.Store, config func() *descri
 	case failLocal:
 		mode = rlqs.FailLocal
 	}
-	return rlqs.New(rlqs.Options{Store: st, Registry: registry, Config: config, Usage: usage, Claim: claim, Logger: log, Observer: obs,
+	return rlqs.New(rlqs.Options{Store: st, Registry: registry, Config: config, Usage: usage, Claim: claim, Demand: demand, Logger: log, Observer: obs,
 		Unmatched: s.rlqs.unmatched.value, AbandonAfter: s.rlqs.abandonAfter, FailStatic: s.rlqs.failStatic, FailureMode: mode, StoreTimeout: s.storeTimeout,
 		MaxStreams: s.rlqs.maxStreams, MaxBuckets: s.rlqs.maxBuckets, MaxTotalBuckets: s.rlqs.maxTotalBuckets, MaxBucketsPerReport: s.rlqs.maxBucketsPerReport,
 		MaxEntries: s.maxEntries, MaxEntryBytes: s.maxEntryBytes, CloseConn: grpcconn.Close})

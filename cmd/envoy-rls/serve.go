@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limit"
 	"github.com/envoy-rls/envoy-rls/pkg/metrics"
 	"github.com/envoy-rls/envoy-rls/pkg/region"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
@@ -110,11 +109,7 @@ func (a *app) serve(ctx context.Context, args []string) (code int) {
 	// on a bucket it divides count as a subscriber's demand.
 	usage := &rlqs.Usage{}
 	var svc *rls.Service
-	var claim func(string, limit.Limit) limit.Limit
-	if regions != nil {
-		claim = regions.Claim // a region's Envoys divide its part
-	}
-	quotas, err := quotaService(s, st, red, func() *descriptors.Config { return svc.Config() }, usage, claim, m.RLQS(), log)
+	quotas, err := quotaService(s, st, red, func() *descriptors.Config { return svc.Config() }, usage, regions, m.RLQS(), log)
 	if err != nil {
 		log.Error("cannot start the rate limit quota service", "err", err)
 		return exitError

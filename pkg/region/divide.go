@@ -73,11 +73,13 @@ const IdleShare = 1.0 / 20
 // Late region keeps its Held claim; a Gone one gets none; the Fresh ones
 // divide the rest.
 //
-// The rate's rest goes to them max-min fair by what each wants: its
-// demand, and the rate that would drain what it counts as fast as a full
-// bucket drains (so a region that stops being asked gives its burst back
-// at once, not at an idle share's pace); each at least an idle share,
-// what the wants leave in equal parts. Each one's fair size is its share
+// The rate's rest goes to them max-min fair by what each wants: the
+// larger of its demand and the rate that would drain what it counts as
+// fast as a full bucket drains (so a region that stops being asked gives
+// its burst back at once, not at an idle share's pace, while the bursts
+// of a steady demand, as Envoys' usage charged once a report, add nothing
+// to it); each at least an idle share, what the wants leave in equal
+// parts. Each one's fair size is its share
 // of the size's rest. What they count stays theirs; the room they leave
 // (the rest less what they count) goes first to those below their fair
 // size, as far as it, then to all by share. One above its fair size
@@ -193,9 +195,9 @@ func fairSize(share, shareLeft, pool float64, fresh int) float64 {
 
 // divideShares sets the Share of each Fresh view's claim: left (a part of
 // the rate) divided max-min fair by what each wants, a part of the rate:
-// its demand, and what it counts over the size (the rate that drains it
-// as a full bucket drains); each at least an idle share, what the wants
-// leave in equal parts.
+// the larger of its demand and what it counts over the size (the rate
+// that drains it as a full bucket drains); each at least an idle share,
+// what the wants leave in equal parts.
 func divideShares(left, rate, size float64, views []View, claims []Claim, fresh int) {
 	floor := left * IdleShare / float64(fresh)
 	wants := make([]float64, 0, fresh)
@@ -203,10 +205,10 @@ func divideShares(left, rate, size float64, views []View, claims []Claim, fresh 
 		if v.State == Fresh {
 			w := 0.0
 			if rate > 0 {
-				w += want(v.Demand) / rate
+				w = want(v.Demand) / rate
 			}
 			if size > 0 {
-				w += want(v.Usage) / size
+				w = max(w, want(v.Usage)/size)
 			}
 			wants = append(wants, max(w, floor))
 		}

@@ -48,9 +48,9 @@ func TestDivideTable(t *testing.T) {
 			sizes: []float64{60 * (1 - 2.0/60), 1, 1}, shas: []float64{1 - 2.0/60, 1.0 / 60, 1.0 / 60},
 		},
 		{
-			// Usage: each wants its demand and the drain of what it
-			// counts (60/60 + 30/60 and 60/60 + 15/60): 0.4917 each of the
-			// rate, and of the size 29.5. The first counts 30, above: it
+			// Usage: each wants the larger of its demand and the drain
+			// of what it counts (60/60 each): 0.4917 each of the rate,
+			// and of the size 29.5. The first counts 30, above: it
 			// keeps half the excess. The room (60 - 45) goes to those
 			// short of their fair size, 14.5 and 1.
 			name: "usage", size: 60, rate: 60,
@@ -58,6 +58,22 @@ func TestDivideTable(t *testing.T) {
 			// Whole: 29.75, 29.03 and 0.97 round to 29, 29 and 1.
 			sizes: []float64{29, 29, 1},
 			shas:  []float64{0.4916666666666667, 0.4916666666666667, 1.0 / 60},
+		},
+		{
+			// Counts that are a demand's bursts (Envoys' usage charged
+			// once a report) do not add to it: us wants 10/60, not 10/60
+			// + 7/60, and eu gets the rest, 50, as the demands alone say.
+			// The room goes to those short of their fair size.
+			name: "bursts below demand", size: 60, rate: 60,
+			views: []View{fresh(80, 26), fresh(10, 7)},
+			sizes: []float64{50, 10}, shas: []float64{50.0 / 60, 10.0 / 60},
+		},
+		{
+			// A stopped region's count: it wants the rate that drains it
+			// as a full bucket drains, 30/60, and gives it back at once.
+			name: "stopped with a count", size: 60, rate: 60,
+			views: []View{fresh(100, 10), fresh(0, 30)},
+			sizes: []float64{30, 30}, shas: []float64{0.5, 0.5},
 		},
 		{
 			// A debt past the size (usage charged always): no room; the

@@ -104,7 +104,21 @@ type use struct {
 	at     time.Time
 	window int64
 	idle   int64 // epochs without a hit
+	// wants are standing demands, hits a second, by source (an RLQS
+	// stream): Wants.
+	wants map[any]standing
 }
+
+// standing is a source's demand of a bucket, until it lapses.
+type standing struct {
+	perSecond float64
+	until     time.Time
+}
+
+// maxSources bounds the standing demands one bucket holds: one per RLQS
+// stream that reports it on this replica, which -rlqs-max-streams
+// bounds already; past this, a new source is not counted.
+const maxSources = 1 << 16
 
 // New returns the exchange of a replica of opts.Region.
 func New(opts Options) (*Exchange, error) {
@@ -180,6 +194,50 @@ func (x *Exchange) Asked(buckets []limit.Bucket) {
 		u.asked += b.Hits
 		u.mu.Unlock()
 	}
+}
+
+// Wants sets what source asks of the bucket key (limit l), in hits a
+// second, until until: the demand of a holder that reports now and then
+// rather than calling per request, an RLQS stream. Counted as hits per
+// interval, its demand would come in one interval and be gone from the
+// next few; a rate holds between its reports. A rate of 0 withdraws it.
+func (x *Exchange) Wants(source any, key string, l limit.Limit, perSecond float64, until time.Time) {
+	now := x.opts.Clock()
+	h := KeyHash(key)
+	if perSecond <= 0 || !until.After(now) {
+		if v, ok := x.uses.Load(h); ok {
+			u := v.(*use)
+			u.mu.Lock()
+			delete(u.wants, source)
+			u.mu.Unlock()
+		}
+		return
+	}
+	u := x.use(h, l, now)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.wants[source]; !ok && len(u.wants) >= maxSources {
+		return
+	}
+	if u.wants == nil {
+		u.wants = map[any]standing{}
+	}
+	u.limit, u.idle = l, 0
+	u.wants[source] = standing{perSecond: want(perSecond), until: until}
+}
+
+// wanted is the standing demands' sum at now, the lapsed dropped. Called
+// with u.mu held.
+func (u *use) wanted(now time.Time) float64 {
+	var sum float64
+	for src, w := range u.wants {
+		if !w.until.After(now) {
+			delete(u.wants, src)
+			continue
+		}
+		sum += w.perSecond
+	}
+	return sum
 }
 
 // admitted counts hits key's bucket (limit l) admitted, or charged
@@ -310,8 +368,9 @@ func (x *Exchange) report(epoch int64, now time.Time) Report {
 		u.mu.Lock()
 		u.advance(now, share)
 		asked, count, l := u.asked, u.count, u.limit
+		wanted := u.wanted(now)
 		u.asked = 0
-		if asked == 0 {
+		if asked == 0 && wanted == 0 {
 			u.idle++
 		}
 		gone := u.idle > x.silenceEpochs() && count == 0
@@ -320,8 +379,8 @@ func (x *Exchange) report(epoch int64, now time.Time) Report {
 			x.uses.Delete(key)
 			return true
 		}
-		if (asked > 0 || count > 0) && !full {
-			rep.Buckets[key] = Record{Demand: float64(asked) / secs, Usage: count,
+		if (asked > 0 || wanted > 0 || count > 0) && !full {
+			rep.Buckets[key] = Record{Demand: float64(asked)/secs + wanted, Usage: count,
 				Bucket: Bucket{Size: float64(l.Size), Rate: l.PerSecond()}}
 			full = len(rep.Buckets) == MaxReportBuckets
 		}

@@ -275,3 +275,56 @@ func TestRefusedRequestsCountNothing(t *testing.T) {
 		t.Fatalf("a refused request counted %v in the bucket that had room", got)
 	}
 }
+
+// TestStandingDemand: a source's standing demand (an RLQS stream's)
+// counts in every report until it lapses or is withdrawn, summed with
+// the other sources' and the hits asked per request; a lapsed one is
+// dropped.
+func TestStandingDemand(t *testing.T) {
+	clock := time.Unix(1_800_000_000, 0)
+	x, err := New(Options{Region: "eu", Regions: []string{"eu", "us"}, Own: newMemBoard(), Peers: map[string]Board{"us": newMemBoard()},
+		Interval: time.Second, Silence: 30 * time.Second, Clock: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit()
+	const key = "api|tenant=acme"
+	h := KeyHash(key)
+	demand := func() float64 {
+		rec, ok := x.report(0, clock).Buckets[h]
+		if !ok {
+			return -1 // not reported
+		}
+		return rec.Demand
+	}
+	a, b := new(int), new(int)
+	x.Wants(a, key, l, 30, clock.Add(3*time.Second))
+	x.Wants(b, key, l, 12.5, clock.Add(5*time.Second))
+	x.Asked([]limit.Bucket{{Key: key, Limit: l, Hits: 4}})
+	steps := []struct {
+		after time.Duration
+		do    func()
+		want  float64
+	}{
+		{0, nil, 30 + 12.5 + 4},
+		{time.Second, nil, 42.5}, // the hits asked were the last interval's
+		{time.Second, func() { x.Wants(a, key, l, 20, clock.Add(2*time.Second)) }, 32.5}, // a's new rate replaces its old
+		{2 * time.Second, nil, 12.5},                     // a lapsed
+		{0, func() { x.Wants(b, key, l, 0, clock) }, -1}, // b withdrawn: nothing asked, not reported
+	}
+	for i, s := range steps {
+		clock = clock.Add(s.after)
+		if s.do != nil {
+			s.do()
+		}
+		if got := demand(); math.Abs(got-s.want) > 1e-9 {
+			t.Errorf("step %d: demand %v, want %v", i, got, s.want)
+		}
+	}
+	x.uses.Range(func(_, v any) bool {
+		if n := len(v.(*use).wants); n != 0 {
+			t.Errorf("%d standing demands left, want none", n)
+		}
+		return true
+	})
+}

@@ -77,6 +77,29 @@ func (st *stream) watch(b *sub, now time.Time) {
 	}
 }
 
+// demand tells Options.Demand what the stream's Envoy asks of each level
+// the report named: its buckets' demands there, while its assignments
+// hold. Called with st.mu held.
+func (st *stream) demand(now time.Time) {
+	tell := st.svc.opts.Demand
+	if tell == nil {
+		return
+	}
+	until := now.Add(time.Duration(st.ttl()) * time.Second)
+	for _, sl := range st.touched {
+		if sl.regional {
+			continue
+		}
+		var sum float64
+		for _, ls := range sl.subs {
+			if d := ls.b.demand(); !math.IsInf(d, 0) {
+				sum += d
+			}
+		}
+		tell(st, sl.key, sl.limit, sum, until)
+	}
+}
+
 // unwatch undoes watch. A level left with no bucket goes, and what was
 // owed there is kept for the next report's charge. Called with st.mu held.
 func (st *stream) unwatch(b *sub) {
@@ -89,6 +112,9 @@ func (st *stream) unwatch(b *sub) {
 		delete(st.levels, sl.key)
 		if st.svc.opts.Usage != nil {
 			st.svc.opts.Usage.unwatch(sl.key)
+		}
+		if tell := st.svc.opts.Demand; tell != nil && !sl.regional {
+			tell(st, sl.key, sl.limit, 0, time.Time{})
 		}
 		if sl.owed > 0 {
 			st.orphans = append(st.orphans, sl.bucket(sl.owed))

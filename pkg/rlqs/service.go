@@ -78,6 +78,12 @@ type Options struct {
 	// callers divide, so that one limit holds across regions for both
 	// protocols; nil: the whole limit.
 	Claim func(key string, l limit.Limit) limit.Limit
+	// Demand, if set, is told at each report what the stream's Envoy
+	// asks of each level there, allowed or denied, in requests a second,
+	// until the assignments' TTL (a rate of 0 when it leaves the level):
+	// its region's demand, as the RLS calls' hits are (regions: package
+	// region). It must be quick and safe for concurrent use.
+	Demand func(stream any, key string, l limit.Limit, perSecond float64, until time.Time)
 	// Clock reads the time; default time.Now.
 	Clock func() time.Time
 	// Logger receives errors and, at debug level, a line per report.

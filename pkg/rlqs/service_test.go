@@ -595,6 +595,55 @@ func TestRegionClaimIsDivided(t *testing.T) {
 	}
 }
 
+// TestRegionDemandIsTold: with regions, each report tells Options.Demand
+// what its Envoy asks of each level, allowed and denied, until the
+// assignments' TTL; the stream's end withdraws it.
+func TestRegionDemandIsTold(t *testing.T) {
+	type told struct {
+		perSecond float64
+		until     time.Time
+	}
+	var mu sync.Mutex
+	last := map[string]told{}
+	h := newHarness(t, testConfig, Options{Demand: func(_ any, key string, _ limit.Limit, perSecond float64, until time.Time) {
+		mu.Lock()
+		last[key] = told{perSecond, until}
+		mu.Unlock()
+	}})
+	e := h.envoy(t, "edge")
+	e.mustReport(usage{bucket: alice(), allowed: 1})
+	for range 3 {
+		h.clock.add(time.Second)
+		e.mustReport(usage{bucket: alice(), allowed: 50, denied: 150})
+	}
+	mu.Lock()
+	got, n := last["edge|user=alice"], len(last)
+	mu.Unlock()
+	if n != 1 || got.perSecond < 199 || got.perSecond > 201 {
+		t.Fatalf("told %d levels, alice's %.1f/s, want 1 level and 200/s (allowed and denied): %v", n, got.perSecond, last)
+	}
+	if want := h.clock.Now().Add(3 * time.Second); !got.until.Equal(want) {
+		t.Fatalf("until %v, want %v (three report intervals)", got.until, want)
+	}
+	e.stream.CloseSend()
+	if _, err := e.stream.Recv(); err == nil {
+		t.Fatal("the stream did not end")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		got = last["edge|user=alice"]
+		mu.Unlock()
+		if got.perSecond == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream ended, its demand still told: %.1f/s", got.perSecond)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestCloseEndsStreams: Close ends every stream with Unavailable (after
 // the drain), so Envoys reconnect to another replica at their next report.
 func TestCloseEndsStreams(t *testing.T) {

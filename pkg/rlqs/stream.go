@@ -304,6 +304,7 @@ func (st *stream) report(ctx context.Context, m *report) (answer, error) {
 		st.interval = longest
 	}
 	st.batch = batch
+	st.demand(now)
 	st.mu.Unlock()
 	svc.obs.Report(len(usages))
 	a := st.answer(ctx, batch, st.touched, now)
@@ -373,10 +374,13 @@ func (st *stream) withdraw(closing bool) {
 	st.mu.Lock()
 	levels := make([]string, 0, len(st.levels))
 	st.svc.buckets.Add(-int64(len(st.subs)))
-	for k := range st.levels {
+	for k, sl := range st.levels {
 		levels = append(levels, k)
 		if st.svc.opts.Usage != nil {
 			st.svc.opts.Usage.unwatch(k)
+		}
+		if tell := st.svc.opts.Demand; tell != nil && !sl.regional {
+			tell(st, k, sl.limit, 0, time.Time{})
 		}
 	}
 	st.levels = map[string]*streamLevel{}

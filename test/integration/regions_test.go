@@ -234,25 +234,33 @@ func TestRegionsThroughACut(t *testing.T) {
 }
 
 // TestRegionsRLQS: two regions, two Envoys in each reporting one limit of
-// 60 a second over RLQS, each offering 30: each region's Envoys divide
-// its part of the limit, so together they are allowed the limit (each
-// region on its own would give its Envoys all of it: 120).
+// 60 a second over RLQS, offering 40 each in eu and 5 each in us: each
+// region's Envoys divide its part of the limit, so together they are
+// allowed the limit (each region on its own would give its Envoys all of
+// it: 90), and what they ask, allowed or denied, is their region's
+// demand, so eu's get what us's leave: 25, 25, 5 and 5 (by usage alone,
+// regions that ask nothing per call hold equal parts: eu's 15 each).
 func TestRegionsRLQS(t *testing.T) {
 	skipShort(t)
 	t.Parallel() // regions of their own: beside the other region tests
 	rs := startRegions(t, []string{"eu", "us"})
 	var envoys []*rlqsEnvoy
 	var parts []allowedCounter
+	offers := []float64{40, 5} // each Envoy's, in eu and us
 	for i, r := range rs.replicas {
 		for j := range 2 {
-			e := startEnvoyOn(t, fmt.Sprintf("Envoy %d in %s", j, rs.names[i]), r, 30, rlqsShared)
+			e := startEnvoyOn(t, fmt.Sprintf("Envoy %d in %s", j, rs.names[i]), r, offers[i], rlqsShared)
 			envoys, parts = append(envoys, e), append(parts, e)
 		}
 	}
 	time.Sleep(rlqsWarmUp + 2*time.Second)
 	rates := measure(rlqsSpan, parts...)
-	if !checkFairOf(t, 60, parts, rates, []float64{15, 15, 15, 15}) {
+	if !checkFairOf(t, 60, parts, rates, []float64{25, 25, 5, 5}) {
 		explain(t, rs.replicas, envoys)
+		for _, r := range rs.replicas {
+			out, _ := r.get("/buckets?domain=edge&descriptor=api=shared")
+			t.Logf("region %s: GET /buckets:\n%s", r.name, out)
+		}
 	}
 	checkNoMisreads(t, envoys...)
 }
