@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,24 +19,28 @@ import (
 // regionSettings are the -region* flags: one limit across regions, each
 // deciding on its own Redis.
 type regionSettings struct {
-	name     string
-	peers    string
-	interval time.Duration
-	silence  time.Duration
-	parsed   []regionPeer // by check
+	name          string
+	peers         string
+	passwordFiles string
+	interval      time.Duration
+	silence       time.Duration
+	parsed        []regionPeer // by check
 }
 
-// regionPeer is another region: its name, and its Redis's URL (a Cluster
-// seed list when it has addr= parameters).
+// regionPeer is another region: its name, its Redis's URL (a Cluster seed
+// list when it has addr= parameters), and the file holding its password,
+// if -region-peer-password-files names one.
 type regionPeer struct {
 	name, url string
 	cluster   bool
+	password  string // a file
 }
 
 func newRegionFlags(fs *flag.FlagSet) *regionSettings {
 	r := &regionSettings{}
 	fs.StringVar(&r.name, "region", "", "this replica's region (lower-case letters, digits, '-'): every limit is one limit across the regions, each deciding on its own Redis (needs -store redis); empty: no regions")
 	fs.StringVar(&r.peers, "region-peers", "", "every other region and its Redis, `NAME=URL,...` (URLs as -redis-url takes them; with addr= parameters, a Cluster's seed list), where the regions exchange their demand and usage")
+	fs.StringVar(&r.passwordFiles, "region-peer-password-files", "", "the password of a peer region's Redis from a file (a mounted Secret), `NAME=FILE,...`, used instead of its URL's (so that a password needs no URL escaping and stays off the command line); a trailing newline is dropped")
 	fs.DurationVar(&r.interval, "region-interval", time.Second, "how often regions exchange; a link slower than half of it one way leaves the others' reports late")
 	fs.DurationVar(&r.silence, "region-silence", time.Minute, "how long a region may be silent (its reports not reaching this one) before its part of each limit is given back to the others")
 	return r
@@ -50,6 +55,8 @@ func (r *regionSettings) check(st storeKind) error {
 	switch {
 	case r.name == "" && r.peers != "":
 		return fmt.Errorf("-region-peers needs -region: this replica's own region")
+	case r.name == "" && r.passwordFiles != "":
+		return fmt.Errorf("-region-peer-password-files needs -region and -region-peers")
 	case r.name == "":
 		return nil
 	case !regionName.MatchString(r.name):
@@ -86,7 +93,44 @@ func (r *regionSettings) check(st storeKind) error {
 		}
 		r.parsed = append(r.parsed, regionPeer{name: name, url: raw, cluster: u.Query().Has("addr")})
 	}
+	return r.checkPasswordFiles()
+}
+
+// checkPasswordFiles gives each peer -region-peer-password-files names its
+// file; each must be a peer of -region-peers, once.
+func (r *regionSettings) checkPasswordFiles() error {
+	for i, item := range splitList(r.passwordFiles) {
+		name, file, ok := strings.Cut(item, "=")
+		name, file = strings.TrimSpace(name), strings.TrimSpace(file)
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("-region-peer-password-files: item %d is not NAME=FILE", i+1)
+		}
+		p := slices.IndexFunc(r.parsed, func(p regionPeer) bool { return p.name == name })
+		switch {
+		case name == r.name:
+			return fmt.Errorf("-region-peer-password-files: %q is this replica's own region: its Redis's password is -redis-password-file's", name)
+		case p < 0:
+			return fmt.Errorf("-region-peer-password-files: %q is not a region of -region-peers", name)
+		case r.parsed[p].password != "":
+			return fmt.Errorf("-region-peer-password-files: region %q twice", name)
+		}
+		r.parsed[p].password = file
+	}
 	return nil
+}
+
+// peerStore opens the store of peer p's Redis, its password read from its
+// file if it has one.
+func peerStore(s *settings, p regionPeer, log *slog.Logger) (*redis.Store, error) {
+	password, err := readSecret(p.password)
+	if err != nil {
+		return nil, fmt.Errorf("-region-peer-password-files: region %q: %w", p.name, err)
+	}
+	st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: p.url, Password: password, Cluster: p.cluster}, Logger: log, Prefix: s.redisKeyPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("-region-peers: region %q: %w", p.name, err)
+	}
+	return st, nil
 }
 
 // openRegions opens the exchange of this replica's region: its own Redis
@@ -102,10 +146,10 @@ func openRegions(s *settings, own *redis.Store, m *metrics.Metrics, log *slog.Lo
 	}
 	names := []string{s.region.name}
 	for _, p := range s.region.parsed {
-		st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: p.url, Cluster: p.cluster}, Logger: log, Prefix: s.redisKeyPrefix})
+		st, err := peerStore(s, p, log)
 		if err != nil {
 			closeAll()
-			return nil, nil, fmt.Errorf("-region-peers: region %q: %w", p.name, err)
+			return nil, nil, err
 		}
 		opened = append(opened, st)
 		peers[p.name] = region.RedisBoard(st)

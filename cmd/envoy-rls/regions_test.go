@@ -1,9 +1,17 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // TestRegionFlags: the region settings parse as documented, and each
@@ -15,7 +23,7 @@ func TestRegionFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.region.parsed; len(got) != 2 || got[0] != (regionPeer{"us", "redis://redis.us:6379/0", false}) ||
+	if got := s.region.parsed; len(got) != 2 || got[0] != (regionPeer{name: "us", url: "redis://redis.us:6379/0"}) ||
 		got[1].name != "ap" || !got[1].cluster {
 		t.Fatalf("peers %+v", got)
 	}
@@ -39,6 +47,12 @@ func TestRegionFlags(t *testing.T) {
 		{[]string{"-store", "redis", "-region", "eu", "-region-silence", "500ms"}, "-region-silence"},
 		{[]string{"-store", "redis", "-redis-mode", "transactions", "-region", "eu"}, "-redis-mode script"},
 		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "rediss://:s3cret@redis.ap:6380/0"}, "item 1 is not NAME=URL"},
+		{[]string{"-store", "redis", "-region-peer-password-files", "us=/run/us"}, "-region-peer-password-files needs -region"},
+		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "us=redis://u:1/0", "-region-peer-password-files", "/run/us"}, "item 1 is not NAME=FILE"},
+		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "us=redis://u:1/0", "-region-peer-password-files", "us="}, "item 1 is not NAME=FILE"},
+		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "us=redis://u:1/0", "-region-peer-password-files", "ap=/run/ap"}, `"ap" is not a region of -region-peers`},
+		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "us=redis://u:1/0", "-region-peer-password-files", "eu=/run/eu"}, "this replica's own region"},
+		{[]string{"-store", "redis", "-region", "eu", "-region-peers", "us=redis://u:1/0", "-region-peer-password-files", "us=/run/a,us=/run/b"}, `region "us" twice`},
 	} {
 		_, err := parseFlags(c.args, lookupIn(nil), io.Discard, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -50,5 +64,75 @@ func TestRegionFlags(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Fatalf("-region-peers %s: %v (an error, the password never shown)", peers, err)
 		}
+	}
+}
+
+// TestRegionPeerPasswordFiles: -region-peer-password-files gives the
+// peers it names their file (from the flag or its variable), and a peer's
+// store authenticates with the file's password, one a URL could not carry
+// unescaped, in place of its URL's.
+func TestRegionPeerPasswordFiles(t *testing.T) {
+	const peers = "us=redis://redis.us:6379/0,ap=rediss://redis.ap:6380/0"
+	s, err := parseFlags([]string{"-store", "redis", "-region", "eu", "-region-peers", peers,
+		"-region-peer-password-files", "ap=/run/secrets/ap"}, lookupIn(nil), io.Discard, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.region.parsed; len(got) != 2 || got[0].password != "" || got[1].password != "/run/secrets/ap" {
+		t.Fatalf("peers %+v", got)
+	}
+	s, err = parseFlags([]string{"-store", "redis"}, lookupIn(map[string]string{"RLS_REGION": "eu", "RLS_REGION_PEERS": peers,
+		"RLS_REGION_PEER_PASSWORD_FILES": "us=/run/secrets/us, ap=/run/secrets/ap"}), io.Discard, false)
+	if err != nil {
+		t.Fatalf("from the environment: %v", err)
+	}
+	if got := s.region.parsed; got[0].password != "/run/secrets/us" || got[1].password != "/run/secrets/ap" {
+		t.Fatalf("from the environment: peers %+v", got)
+	}
+
+	const password = "p@ss/w:rd?#%&=, x"
+	srv := redistest.Start(t, "--requirepass", password)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "us")
+	if err := os.WriteFile(file, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		url, file string
+		ok        bool
+	}{
+		{srv.URL(), file, true},
+		{"redis://:wrong@" + srv.Addr() + "/0", file, true}, // the file's replaces the URL's
+		{srv.URL(), "", false},
+	} {
+		s, err := parseFlags([]string{"-store", "redis", "-region", "eu", "-region-peers", "us=" + c.url,
+			"-region-peer-password-files", "us=" + cmp.Or(c.file, "unused")}, lookupIn(nil), io.Discard, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.region.parsed[0]
+		p.password = c.file
+		st, err := peerStore(s, p, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = st.Check(ctx)
+		cancel()
+		st.Close()
+		if (err == nil) != c.ok {
+			t.Errorf("%s with password file %q: Check: %v, want ok=%v", c.url, c.file, err, c.ok)
+		}
+	}
+
+	s, err = parseFlags([]string{"-store", "redis", "-region", "eu", "-region-peers", "us=" + srv.URL(),
+		"-region-peer-password-files", "us=" + filepath.Join(dir, "missing")}, lookupIn(nil), io.Discard, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peerStore(s, s.region.parsed[0], log); err == nil || !strings.Contains(err.Error(), "-region-peer-password-files: region \"us\"") ||
+		!strings.Contains(err.Error(), "missing") {
+		t.Errorf("a missing password file: %v", err)
 	}
 }
