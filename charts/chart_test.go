@@ -301,6 +301,13 @@ func startsWith(t *testing.T, args []string, dir string) {
 			value = "127.0.0.1:0"
 		case "-redis-password-file", "-redis-persecond-password-file":
 			value = secret
+		case "-region-peer-password-files": // NAME=FILE,...
+			var files []string
+			for _, item := range strings.Split(value, ",") {
+				region, _, _ := strings.Cut(item, "=")
+				files = append(files, region+"="+secret)
+			}
+			value = strings.Join(files, ",")
 		case "-redis-tls-ca", "-redis-persecond-tls-ca", "-memcached-tls-ca":
 			continue // the mounted CA: not here
 		case "-memory-snapshot", "-memory-snapshot-interval":

@@ -105,12 +105,74 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with .Values.regions }}
+{{- if .name }}
+- -region={{ .name }}
+{{- with .peers }}
+{{- $peers := list }}
+{{- $files := list }}
+{{- range . }}
+{{- $peers = append $peers (printf "%s=%s" .name .url) }}
+{{- if (.existingSecret | default dict).name }}
+{{- $files = append $files (printf "%s=/etc/envoy-rls-regions/%s" .name .name) }}
+{{- end }}
+{{- end }}
+- {{ printf "-region-peers=%s" (join "," $peers) | quote }}
+{{- with $files }}
+- -region-peer-password-files={{ join "," . }}
+{{- end }}
+{{- end }}
+- -region-interval={{ .interval }}
+- -region-silence={{ .silence }}
+{{- end }}
+{{- end }}
 {{- with $mem.maxBytes }}
 - -memory-max-bytes={{ . }}
 {{- end }}
 {{- range .Values.extraArgs }}
 - {{ . }}
 {{- end }}
+{{- end -}}
+
+{{/*
+Checks the regions' values (nothing rendered): what envoy-rls would
+refuse at start, refused at install, naming the value. Peer names and
+URLs, and the durations' forms, are the schema's.
+*/}}
+{{- define "envoy-rls.checkRegions" -}}
+{{- $r := .Values.regions | default dict -}}
+{{- $peers := $r.peers | default list -}}
+{{- if and (not $r.name) $peers -}}
+{{- fail "regions.peers needs regions.name: this region's own name (-region)" -}}
+{{- end -}}
+{{- if $r.name -}}
+{{- if .Values.dropIn.enabled -}}
+{{- fail "regions.name: regions take envoy-rls's own start (-region), not the drop-in start: set dropIn.enabled false" -}}
+{{- end -}}
+{{- if ne .Values.store.type "redis" -}}
+{{- fail (printf "regions.name: regions need store.type redis, not %s: each region decides on its own Redis, and the regions exchange through them" .Values.store.type) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $peers -}}
+{{- if eq .name $r.name -}}
+{{- fail (printf "regions.peers: %q is this region (regions.name): list the other regions only" .name) -}}
+{{- end -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "regions.peers: region %q twice" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- end -}}
+{{- if lt (include "envoy-rls.millis" $r.silence | int64) (include "envoy-rls.millis" $r.interval | int64) -}}
+{{- fail (printf "regions.silence (%s) must be at least regions.interval (%s)" $r.silence $r.interval) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Milliseconds of a duration given as N and ms, s, m or h. */}}
+{{- define "envoy-rls.millis" -}}
+{{- $d := toString . -}}
+{{- $n := regexFind "^[0-9]+" $d -}}
+{{- mul ($n | int64) (get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) (trimPrefix $n $d)) -}}
 {{- end -}}
 
 {{/* The memory store's snapshot file, on the persistent volume. */}}
