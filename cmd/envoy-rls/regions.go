@@ -120,13 +120,22 @@ func (r *regionSettings) checkPasswordFiles() error {
 }
 
 // peerStore opens the store of peer p's Redis, its password read from its
-// file if it has one.
+// file if it has one. A rediss:// peer is verified with this region's
+// -redis-tls-ca and shown its -redis-tls-cert (one organisation's regions
+// share a CA), or the system's roots without them; the dial, read and
+// write timeouts are this region's.
 func peerStore(s *settings, p regionPeer, log *slog.Logger) (*redis.Store, error) {
 	password, err := readSecret(p.password)
 	if err != nil {
 		return nil, fmt.Errorf("-region-peer-password-files: region %q: %w", p.name, err)
 	}
-	st, err := redis.New(redis.Options{Connect: &redis.ClientOptions{URL: p.url, Password: password, Cluster: p.cluster}, Logger: log, Prefix: s.redisKeyPrefix})
+	own := s.redis
+	c := &redis.ClientOptions{URL: p.url, Password: password, Cluster: p.cluster,
+		DialTimeout: own.dialTimeout, ReadTimeout: own.readTimeout, WriteTimeout: own.writeTimeout}
+	if strings.HasPrefix(p.url, "rediss://") {
+		c.CAFile, c.CertFile, c.KeyFile = own.tlsCA, own.tlsCert, own.tlsKey
+	}
+	st, err := redis.New(redis.Options{Connect: c, Logger: log, Prefix: s.redisKeyPrefix})
 	if err != nil {
 		return nil, fmt.Errorf("-region-peers: region %q: %w", p.name, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/testpki"
 )
 
 // TestRegionFlags: the region settings parse as documented, and each
@@ -134,5 +135,42 @@ func TestRegionPeerPasswordFiles(t *testing.T) {
 	if _, err := peerStore(s, s.region.parsed[0], log); err == nil || !strings.Contains(err.Error(), "-region-peer-password-files: region \"us\"") ||
 		!strings.Contains(err.Error(), "missing") {
 		t.Errorf("a missing password file: %v", err)
+	}
+}
+
+// TestRegionPeerTLS: a rediss:// peer is verified with this region's
+// -redis-tls-ca and shown its -redis-tls-cert: a peer's Redis behind the
+// organisation's own CA, wanting client certificates, is reached with
+// them and refused without.
+func TestRegionPeerTLS(t *testing.T) {
+	pki := testpki.New(t)
+	srv := redistest.StartTLS(t, pki.ServerCert, pki.ServerKey, pki.CACert, "yes")
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		name  string
+		flags []string
+		ok    bool
+	}{
+		{"with the region's TLS files", []string{"-redis-url", srv.DBURL(1), "-redis-tls-ca", pki.CACert,
+			"-redis-tls-cert", pki.ClientCert, "-redis-tls-key", pki.ClientKey}, true},
+		{"without a client certificate", []string{"-redis-url", srv.DBURL(1), "-redis-tls-ca", pki.CACert}, false},
+		{"without the CA", nil, false},
+	} {
+		args := append([]string{"-store", "redis", "-region", "eu", "-region-peers", "us=" + srv.URL()}, c.flags...)
+		s, err := parseFlags(args, lookupIn(nil), io.Discard, false)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		st, err := peerStore(s, s.region.parsed[0], log)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = st.Check(ctx)
+		cancel()
+		st.Close()
+		if (err == nil) != c.ok {
+			t.Errorf("%s: Check: %v, want ok=%v", c.name, err, c.ok)
+		}
 	}
 }
