@@ -14,51 +14,83 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-// These tests run regions on one machine: each its own Redis and a
-// replica of the binary at its default flags but for the region settings,
-// each region reaching the others' Redis through links of 50 ms each way
-// (internal/netdelay), which a test may cut.
+// These tests run regions on one machine: each its own Redis (or
+// Cluster) and a replica of the binary at its default flags but for the
+// region settings (and the mode a test names), each region reaching the
+// others' Redis through links of 50 ms each way (internal/netdelay),
+// which a test may cut.
 
 // linkDelay is the one-way delay between two regions.
 const linkDelay = 50 * time.Millisecond
+
+// regionMode is how each region keeps its buckets: a single Redis or a
+// Cluster, exact or local-first (flags).
+type regionMode struct {
+	name    string
+	cluster bool
+	flags   []string
+}
+
+// regionModes are the modes the steady and shifting tests run in. A
+// Cluster's clients follow its nodes' own addresses (CLUSTER SLOTS), past
+// any proxy in front of its seeds: its peers reach it directly, without
+// the links' delay, which the single-Redis modes test.
+var regionModes = []regionMode{
+	{name: "exact"},
+	{name: "local-first", flags: []string{"-sync-interval", "100ms"}},
+	{name: "Cluster", cluster: true},
+	{name: "Cluster local-first", cluster: true, flags: []string{"-sync-interval", "100ms"}},
+}
 
 // regionSet is regions, each a Redis and a replica, and the links from
 // each to each other's Redis.
 type regionSet struct {
 	names    []string
-	redis    []*redistest.Server
 	replicas []*quotaReplica
-	// links[i][j] carries region i's exchanges to region j's Redis.
+	// links[i][j] carries region i's exchanges to region j's Redis; nil
+	// for i == j, and between Clusters.
 	links [][]*netdelay.Link
 }
 
-// startRegions starts a Redis, the links and a replica for each of names,
-// the replicas with more flags after the region settings.
-func startRegions(t *testing.T, names []string, more ...string) *regionSet {
+// startRegions starts a Redis (or Cluster), the links and a replica for
+// each of names, in mode.
+func startRegions(t *testing.T, names []string, mode regionMode) *regionSet {
 	t.Helper()
 	rs := &regionSet{names: names}
-	for range names {
-		rs.redis = append(rs.redis, redistest.Start(t))
+	urls := make([]string, len(names))
+	addrs := make([]string, len(names)) // a single Redis's, for the links
+	for i := range names {
+		if mode.cluster {
+			urls[i] = redistest.StartCluster(t).URL()
+			continue
+		}
+		srv := redistest.Start(t)
+		urls[i], addrs[i] = srv.URL(), srv.Addr()
 	}
 	for i := range names {
-		var row []*netdelay.Link
+		row := make([]*netdelay.Link, len(names))
 		for j := range names {
-			var l *netdelay.Link
-			if i != j {
-				l = netdelay.Start(t, rs.redis[j].Addr(), linkDelay)
+			if i != j && !mode.cluster {
+				row[j] = netdelay.Start(t, addrs[j], linkDelay)
 			}
-			row = append(row, l)
 		}
 		rs.links = append(rs.links, row)
 	}
 	for i, name := range names {
 		var peers []string
 		for j, other := range names {
-			if j != i {
+			switch {
+			case j == i:
+			case mode.cluster:
+				peers = append(peers, other+"="+urls[j])
+			default:
 				peers = append(peers, other+"="+(&url.URL{Scheme: "redis", Host: rs.links[i][j].Addr(), Path: "/0"}).String())
 			}
 		}
-		args := append([]string{"-store", "redis", "-redis-url", rs.redis[i].URL(), "-region", name, "-region-peers", strings.Join(peers, ",")}, more...)
+		args := append([]string{"-store", "redis", "-redis-url", urls[i], "-region", name, "-region-peers", strings.Join(peers, ",")}, mode.flags...)
+		if mode.cluster {
+			args = append(args, "-redis-cluster")
+		}
 		rs.replicas = append(rs.replicas, startQuotaReplica(t, name, args, ""))
 	}
 	return rs
@@ -80,41 +112,111 @@ func (rs *regionSet) cut(i int, cut bool) {
 }
 
 // TestRegionsShareALimit: three regions on one limit of 60 a second,
-// their callers offering 60, 30 and 10 a second. Together they are
-// allowed within 10% of the limit, each at least 80% of its max-min fair
-// share (25, 25, 10); without the exchange they were allowed 100 a
-// second.
+// their callers offering 60, 30 and 10 a second, in every mode. Together
+// they are allowed within 10% of the limit, each at least 80% of its
+// max-min fair share (25, 25, 10); without the exchange they were
+// allowed 100 a second. No call waits for another region: with links of
+// 50 ms each way, one that crossed would take 100 ms. Then demand moves
+// from eu to ap (eu's callers offer 10, ap's 60): ap reaches 80% of its
+// new fair share (25) within 5 s, and the shares are fair again.
 func TestRegionsShareALimit(t *testing.T) {
 	skipShort(t)
 	t.Parallel() // regions of their own: beside the other region tests
-	rs := startRegions(t, []string{"eu", "us", "ap"})
+	for _, mode := range regionModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			shareALimit(t, mode)
+		})
+	}
+}
+
+func shareALimit(t *testing.T, mode regionMode) {
+	rs := startRegions(t, []string{"eu", "us", "ap"}, mode)
 	offers, fair := []float64{60, 30, 10}, []float64{25, 25, 10}
+	var callers []*rlsCaller
 	var parts []allowedCounter
 	for i, r := range rs.replicas {
 		c := startRLSCallerOn(t, r, offers[i], "api", "shared")
+		callers = append(callers, c)
 		parts = append(parts, namedCounter{fmt.Sprintf("region %s's callers", rs.names[i]), c})
 	}
 	time.Sleep(5 * time.Second)
+	marks := markCalls(callers)
 	rates := measure(10*time.Second, parts...)
 	if !checkFairOf(t, 60, parts, rates, fair) {
 		for _, r := range rs.replicas {
 			t.Logf("region %s: %s", r.name, r.regionCounts())
 		}
 	}
-	for _, r := range rs.replicas {
-		checkRegionViews(t, r, rs.names, offers, "fresh")
+	checkNoCallWaits(t, rs, callers, marks, !mode.cluster)
+	if mode.name == "exact" {
+		for _, r := range rs.replicas {
+			checkRegionViews(t, r, rs.names, offers, "fresh")
+		}
+		t.Run("page", func(t *testing.T) {
+			tb := openTab(t, newBrowser(t), "http://"+rs.replicas[0].adminAddr+"/")
+			tb.waitFor(10*time.Second, "the three regions, fresh",
+				`[...document.querySelectorAll("#regions tbody tr")].filter((tr) => tr.innerText.includes("fresh")).length === 3 && !document.getElementById("regions").hidden`)
+			if !strings.Contains(tb.text(), "eu (this region)") {
+				t.Errorf("the page does not name eu as its own region:\n%s", tb.text())
+			}
+			if errs := tb.consoleErrors(); len(errs) > 0 {
+				t.Errorf("the console: %v", errs)
+			}
+		})
 	}
-	t.Run("page", func(t *testing.T) {
-		tb := openTab(t, newBrowser(t), "http://"+rs.replicas[0].adminAddr+"/")
-		tb.waitFor(10*time.Second, "the three regions, fresh",
-			`[...document.querySelectorAll("#regions tbody tr")].filter((tr) => tr.innerText.includes("fresh")).length === 3 && !document.getElementById("regions").hidden`)
-		if !strings.Contains(tb.text(), "eu (this region)") {
-			t.Errorf("the page does not name eu as its own region:\n%s", tb.text())
+
+	// Demand moves from eu to ap.
+	callers[0].setRate(10)
+	callers[2].setRate(60)
+	var seconds []float64
+	reached := 0
+	for k := 1; k <= 8; k++ {
+		r := measure(time.Second, parts[2])[0]
+		seconds = append(seconds, r)
+		if reached == 0 && r >= 0.8*25 {
+			reached = k
 		}
-		if errs := tb.consoleErrors(); len(errs) > 0 {
-			t.Errorf("the console: %v", errs)
+	}
+	t.Logf("after the shift, ap's callers allowed a second: %.0f", seconds)
+	if reached == 0 || reached > 5 {
+		t.Errorf("ap's callers did not reach 80%% of their new fair share (25/s) within 5 s: %.0f a second", seconds)
+	}
+	rates = measure(8*time.Second, parts...)
+	if !checkFairOf(t, 60, parts, rates, []float64{10, 25, 25}) {
+		for _, r := range rs.replicas {
+			t.Logf("region %s: %s", r.name, r.regionCounts())
 		}
-	})
+	}
+	for i, c := range callers {
+		if n := c.errors.Load(); n > 0 {
+			t.Errorf("%d calls of region %s's callers failed", n, rs.names[i])
+		}
+	}
+}
+
+// markCalls marks where each caller's calls start from now.
+func markCalls(callers []*rlsCaller) []int {
+	marks := make([]int, len(callers))
+	for i, c := range callers {
+		marks[i] = c.took.mark()
+	}
+	return marks
+}
+
+// checkNoCallWaits logs the calls' latency in each region since marks
+// and, with delayed links, fails if the 99th percentile reached the
+// links' round trip: what a call that waited on another region would
+// take at the least.
+func checkNoCallWaits(t *testing.T, rs *regionSet, callers []*rlsCaller, marks []int, delayed bool) {
+	t.Helper()
+	for i, c := range callers {
+		p99, longest, n := c.took.since(marks[i])
+		t.Logf("region %s: %d calls, p99 %v, longest %v", rs.names[i], n, p99.Round(time.Microsecond), longest.Round(time.Microsecond))
+		if delayed && p99 >= 2*linkDelay {
+			t.Errorf("region %s: p99 %v, at least the links' round trip (%v): calls wait on another region", rs.names[i], p99, 2*linkDelay)
+		}
+	}
 }
 
 // checkRegionViews checks what replica r shows of the regions (names)
@@ -192,10 +294,24 @@ func (r *quotaReplica) regionCounts() string { return r.metricsOf("envoy_rls_reg
 // goes on deciding on its own store: no call fails or waits for the link,
 // eu keeps its part, us and ap divide the rest, and together they stay
 // within the limit; 5 s after the links heal the shares are fair again.
+// In exact and local-first modes (a Cluster's peers are not behind links
+// a test can cut).
 func TestRegionsThroughACut(t *testing.T) {
 	skipShort(t)
 	t.Parallel() // regions of their own: beside the other region tests
-	rs := startRegions(t, []string{"eu", "us", "ap"})
+	for _, mode := range regionModes {
+		if mode.cluster {
+			continue
+		}
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			throughACut(t, mode)
+		})
+	}
+}
+
+func throughACut(t *testing.T, mode regionMode) {
+	rs := startRegions(t, []string{"eu", "us", "ap"}, mode)
 	offers := []float64{60, 30, 10}
 	var callers []*rlsCaller
 	var parts []allowedCounter
@@ -208,7 +324,9 @@ func TestRegionsThroughACut(t *testing.T) {
 	rs.cut(0, true)
 	callers[1].setRate(60)
 	time.Sleep(2 * time.Second)
+	marks := markCalls(callers)
 	during := measure(12*time.Second, parts...)
+	checkNoCallWaits(t, rs, callers, marks, true)
 	total := during[0] + during[1] + during[2]
 	t.Logf("during the cut: %.1f, %.1f and %.1f/s, %.1f together", during[0], during[1], during[2], total)
 	if total > 60*1.1 {
@@ -243,7 +361,7 @@ func TestRegionsThroughACut(t *testing.T) {
 func TestRegionsRLQS(t *testing.T) {
 	skipShort(t)
 	t.Parallel() // regions of their own: beside the other region tests
-	rs := startRegions(t, []string{"eu", "us"})
+	rs := startRegions(t, []string{"eu", "us"}, regionModes[0])
 	var envoys []*rlqsEnvoy
 	var parts []allowedCounter
 	offers := []float64{40, 5} // each Envoy's, in eu and us

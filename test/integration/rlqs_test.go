@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -323,6 +325,39 @@ func (e *rlqsEnvoy) describe() string {
 type rlsCaller struct {
 	errors atomic.Int64
 	pacer
+	took latencies
+}
+
+// latencies records how long calls took.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// mark is where the calls from now on start.
+func (l *latencies) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
+}
+
+// since returns the 99th percentile and the longest of the calls since
+// mark, and how many there were.
+func (l *latencies) since(mark int) (p99, longest time.Duration, n int) {
+	l.mu.Lock()
+	d := slices.Clone(l.d[mark:])
+	l.mu.Unlock()
+	if len(d) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(d)
+	return d[len(d)*99/100], d[len(d)-1], len(d)
 }
 
 func (c *rlsCaller) label() string       { return "RLS caller" }
@@ -343,7 +378,9 @@ func startRLSCallerOn(t *testing.T, r *quotaReplica, rate float64, key, value st
 	c.start(rate, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		start := time.Now()
 		resp, err := client.ShouldRateLimit(ctx, req)
+		c.took.add(time.Since(start))
 		if err != nil {
 			c.errors.Add(1)
 			return false
