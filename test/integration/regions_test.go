@@ -47,6 +47,8 @@ var regionModes = []regionMode{
 type regionSet struct {
 	names    []string
 	replicas []*quotaReplica
+	// servers are each region's Redis (single Redis modes).
+	servers []*redistest.Server
 	// links[i][j] carries region i's exchanges to region j's Redis; nil
 	// for i == j, and between Clusters.
 	links [][]*netdelay.Link
@@ -66,6 +68,7 @@ func startRegions(t *testing.T, names []string, mode regionMode) *regionSet {
 		}
 		srv := redistest.Start(t)
 		urls[i], addrs[i] = srv.URL(), srv.Addr()
+		rs.servers = append(rs.servers, srv)
 	}
 	for i := range names {
 		row := make([]*netdelay.Link, len(names))
@@ -148,7 +151,7 @@ func shareALimit(t *testing.T, mode regionMode) {
 			t.Logf("region %s: %s", r.name, r.regionCounts())
 		}
 	}
-	checkNoCallWaits(t, rs, callers, marks, !mode.cluster)
+	checkNoCallWaits(t, rs.names, callers, marks, !mode.cluster)
 	if mode.name == "exact" {
 		for _, r := range rs.replicas {
 			checkRegionViews(t, r, rs.names, offers, "fresh")
@@ -208,13 +211,13 @@ func markCalls(callers []*rlsCaller) []int {
 // and, with delayed links, fails if the 99th percentile reached the
 // links' round trip: what a call that waited on another region would
 // take at the least.
-func checkNoCallWaits(t *testing.T, rs *regionSet, callers []*rlsCaller, marks []int, delayed bool) {
+func checkNoCallWaits(t *testing.T, names []string, callers []*rlsCaller, marks []int, delayed bool) {
 	t.Helper()
 	for i, c := range callers {
 		p99, longest, n := c.took.since(marks[i])
-		t.Logf("region %s: %d calls, p99 %v, longest %v", rs.names[i], n, p99.Round(time.Microsecond), longest.Round(time.Microsecond))
+		t.Logf("region %s: %d calls, p99 %v, longest %v", names[i], n, p99.Round(time.Microsecond), longest.Round(time.Microsecond))
 		if delayed && p99 >= 2*linkDelay {
-			t.Errorf("region %s: p99 %v, at least the links' round trip (%v): calls wait on another region", rs.names[i], p99, 2*linkDelay)
+			t.Errorf("region %s: p99 %v, at least the links' round trip (%v): calls wait on another region", names[i], p99, 2*linkDelay)
 		}
 	}
 }
@@ -326,7 +329,7 @@ func throughACut(t *testing.T, mode regionMode) {
 	time.Sleep(2 * time.Second)
 	marks := markCalls(callers)
 	during := measure(12*time.Second, parts...)
-	checkNoCallWaits(t, rs, callers, marks, true)
+	checkNoCallWaits(t, rs.names, callers, marks, true)
 	total := during[0] + during[1] + during[2]
 	t.Logf("during the cut: %.1f, %.1f and %.1f/s, %.1f together", during[0], during[1], during[2], total)
 	if total > 60*1.1 {
@@ -347,6 +350,60 @@ func throughACut(t *testing.T, mode regionMode) {
 	for i, c := range callers {
 		if n := c.errors.Load(); n > 0 {
 			t.Errorf("%d calls of region %s's callers failed", n, rs.names[i])
+		}
+	}
+}
+
+// TestRegionsStoreDown: the same three regions, us's Redis stopped for
+// 15 s. us's calls are answered by its failure mode (the default:
+// unavailable); eu and ap go on as before, none of their calls failing
+// or waiting, us's part of the limit kept for it until -region-silence
+// (5 s here) and then given back to them; us's Redis back (empty), the
+// shares are fair again within 5 s.
+func TestRegionsStoreDown(t *testing.T) {
+	skipShort(t)
+	t.Parallel() // regions of their own: beside the other region tests
+	rs := startRegions(t, []string{"eu", "us", "ap"}, regionMode{name: "exact", flags: []string{"-region-silence", "5s"}})
+	offers := []float64{60, 30, 10}
+	var callers []*rlsCaller
+	var parts []allowedCounter
+	for i, r := range rs.replicas {
+		c := startRLSCallerOn(t, r, offers[i], "api", "shared")
+		callers = append(callers, c)
+		parts = append(parts, namedCounter{fmt.Sprintf("region %s's callers", rs.names[i]), c})
+	}
+	time.Sleep(6 * time.Second)
+	rs.servers[1].Stop()
+	stopped := time.Now()
+	usFailed := callers[1].errors.Load()
+	marks := markCalls(callers)
+	time.Sleep(time.Second)
+	held := measure(3*time.Second, parts[0], parts[2])
+	t.Logf("us's Redis down, before the silence: eu %.1f/s, ap %.1f/s", held[0], held[1])
+	if held[0] < 0.8*25 || held[0] > 25*1.1+1 || held[1] < 0.8*10 {
+		t.Errorf("before the silence, eu and ap were allowed %.1f and %.1f/s: want their parts, 25 and 10", held[0], held[1])
+	}
+	time.Sleep(time.Until(stopped.Add(9 * time.Second)))
+	given := measure(5*time.Second, parts[0], parts[2])
+	t.Logf("after the silence: eu %.1f/s, ap %.1f/s", given[0], given[1])
+	if given[0] < 0.8*50 || given[1] < 0.8*10 || given[0]+given[1] > 60*1.1 {
+		t.Errorf("after the silence, eu and ap were allowed %.1f and %.1f/s: want us's part given back, 50 and 10 of 60", given[0], given[1])
+	}
+	if n := callers[1].errors.Load() - usFailed; n == 0 {
+		t.Errorf("us's Redis down, none of us's calls failed: its failure mode is unavailable")
+	}
+	checkNoCallWaits(t, []string{"eu", "ap"}, []*rlsCaller{callers[0], callers[2]}, []int{marks[0], marks[2]}, true)
+	for _, i := range []int{0, 2} {
+		if n := callers[i].errors.Load(); n > 0 {
+			t.Errorf("%d calls of region %s's callers failed", n, rs.names[i])
+		}
+	}
+	rs.servers[1].Restart()
+	time.Sleep(5 * time.Second)
+	after := measure(8*time.Second, parts...)
+	if !checkFairOf(t, 60, parts, after, []float64{25, 25, 10}) {
+		for _, r := range rs.replicas {
+			t.Logf("region %s: %s", r.name, r.regionCounts())
 		}
 	}
 }
