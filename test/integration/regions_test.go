@@ -29,6 +29,8 @@ type regionMode struct {
 	name    string
 	cluster bool
 	flags   []string
+	// replicas is each region's replicas; 0 is one.
+	replicas int
 }
 
 // regionModes are the modes the steady and shifting tests run in. A
@@ -45,8 +47,11 @@ var regionModes = []regionMode{
 // regionSet is regions, each a Redis and a replica, and the links from
 // each to each other's Redis.
 type regionSet struct {
-	names    []string
+	names []string
+	// replicas are the regions' replicas, region by region, as names;
+	// regionOf[k] is replica k's region.
 	replicas []*quotaReplica
+	regionOf []int
 	// servers are each region's Redis (single Redis modes).
 	servers []*redistest.Server
 	// links[i][j] carries region i's exchanges to region j's Redis; nil
@@ -94,7 +99,14 @@ func startRegions(t *testing.T, names []string, mode regionMode) *regionSet {
 		if mode.cluster {
 			args = append(args, "-redis-cluster")
 		}
-		rs.replicas = append(rs.replicas, startQuotaReplica(t, name, args, ""))
+		for k := range max(mode.replicas, 1) {
+			label := name
+			if mode.replicas > 1 {
+				label = fmt.Sprintf("%s-%d", name, k)
+			}
+			rs.replicas = append(rs.replicas, startQuotaReplica(t, label, args, ""))
+			rs.regionOf = append(rs.regionOf, i)
+		}
 	}
 	return rs
 }
@@ -404,6 +416,52 @@ func TestRegionsStoreDown(t *testing.T) {
 	if !checkFairOf(t, 60, parts, after, []float64{25, 25, 10}) {
 		for _, r := range rs.replicas {
 			t.Logf("region %s: %s", r.name, r.regionCounts())
+		}
+	}
+}
+
+// TestRegionsReplicas: two regions of two replicas each, on one limit of
+// 60 a second: eu's callers offer 30 a second on each replica, us's 10.
+// Each replica counts its own calls and works the claims out from its
+// own reads of its region's Redis, the region's bucket taking both: eu
+// is allowed 40 (20 on each replica) and us 20 (10 each), 60 together.
+func TestRegionsReplicas(t *testing.T) {
+	skipShort(t)
+	t.Parallel() // regions of their own: beside the other region tests
+	rs := startRegions(t, []string{"eu", "us"}, regionMode{name: "exact", replicas: 2})
+	offers := []float64{30, 10}
+	var callers []*rlsCaller
+	var parts []allowedCounter
+	for k, r := range rs.replicas {
+		c := startRLSCallerOn(t, r, offers[rs.regionOf[k]], "api", "shared")
+		callers = append(callers, c)
+		parts = append(parts, namedCounter{fmt.Sprintf("replica %s's callers", r.name), c})
+	}
+	time.Sleep(6 * time.Second)
+	rates := measure(10*time.Second, parts...)
+	if !checkFairOf(t, 60, parts, rates, []float64{20, 20, 10, 10}) {
+		for _, r := range rs.replicas {
+			t.Logf("replica %s: %s", r.name, r.regionCounts())
+		}
+	}
+	for _, r := range rs.replicas {
+		var b rls.Buckets
+		out, err := r.get("/buckets?domain=edge&descriptor=api=shared")
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &b)
+		}
+		if err != nil {
+			t.Fatalf("replica %s: GET /buckets: %v", r.name, err)
+		}
+		for _, s := range b.Regions {
+			if s.Replicas != 2 {
+				t.Errorf("replica %s: region %s shown with %d replicas, want 2", r.name, s.Region, s.Replicas)
+			}
+		}
+	}
+	for k, c := range callers {
+		if n := c.errors.Load(); n > 0 {
+			t.Errorf("%d calls of replica %s's callers failed", n, rs.replicas[k].name)
 		}
 	}
 }
