@@ -320,6 +320,11 @@ func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) erro
 			defer cancel()
 			_, err := b.ExchangeReport(pctx, now, x.field, x.published, x.ttl())
 			x.exchanged(name, now, err)
+			if err != nil {
+				x.lmu.Lock()
+				x.ledger.Undelivered(name, epoch)
+				x.lmu.Unlock()
+			}
 		})
 	}
 	wg.Wait()

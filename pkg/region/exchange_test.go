@@ -328,3 +328,67 @@ func TestStandingDemand(t *testing.T) {
 		return true
 	})
 }
+
+// cuttableBoard is a peer's store behind a link that can be cut: while
+// cut, nothing reaches it.
+type cuttableBoard struct {
+	Board
+	cut bool
+}
+
+func (b *cuttableBoard) ExchangeReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) ([]Posted, error) {
+	if b.cut {
+		return nil, errors.New("the link is cut")
+	}
+	return b.Board.ExchangeReport(ctx, now, field, report, ttl)
+}
+
+// TestUndeliveredPeerIsLate: from the third exchange eu's reports cannot
+// reach us's store, while us's reach eu's (a link cut one way). us counts eu late; eu, hearing
+// us, counts it late too, since us does not hear it: neither takes more
+// than it held.
+func TestUndeliveredPeerIsLate(t *testing.T) {
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return clock }
+	euBoard, usBoard := newMemBoard(), newMemBoard()
+	link := &cuttableBoard{Board: usBoard}
+	eu, err := New(Options{Region: "eu", Regions: []string{"eu", "us"}, Own: euBoard, Peers: map[string]Board{"us": link},
+		Interval: time.Second, Silence: time.Minute, Clock: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	us, err := New(Options{Region: "us", Regions: []string{"eu", "us"}, Own: usBoard, Peers: map[string]Board{"eu": euBoard},
+		Interval: time.Second, Silence: time.Minute, Clock: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit()
+	ctx := context.Background()
+	start := clock.Unix()
+	for epoch := start; epoch < start+5; epoch++ {
+		clock = time.Unix(epoch, 0)
+		link.cut = epoch >= start+2
+		for _, x := range []*Exchange{eu, us} {
+			x.Asked([]limit.Bucket{{Key: "api|user=u", Limit: l, Hits: 10}})
+			if err := x.Publish(ctx, epoch-1, clock); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock = clock.Add(500 * time.Millisecond)
+		for _, x := range []*Exchange{eu, us} {
+			if err := x.Divide(ctx, epoch, clock); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		x            *Exchange
+		other, state string
+	}{{eu, "us", "late"}, {us, "eu", "late"}} {
+		for _, s := range c.x.Statuses() {
+			if s.Region == c.other && s.State != c.state {
+				t.Errorf("%s counts %s %s, want %s", c.x.opts.Region, s.Region, s.State, c.state)
+			}
+		}
+	}
+}

@@ -58,6 +58,9 @@ type Ledger struct {
 	reports map[string]*[2]Report
 	// heard is the latest epoch each region reported, by its place.
 	heard []int64
+	// undelivered is, by region place, the last epoch whose report of
+	// Self's did not reach that region's store (-1: none).
+	undelivered []int64
 	// held are the claims last worked out for each bucket, by region
 	// place, with the epoch they were worked out at.
 	held map[uint64]*heldClaims
@@ -80,12 +83,12 @@ type heldClaims struct {
 // gone, and works out claims lag after the reports they are made of.
 func NewLedger(self string, regions []string, silence int64, lag time.Duration) *Ledger {
 	l := &Ledger{self: -1, regions: regions, silence: max(silence, 1), lag: lag.Seconds(), reports: map[string]*[2]Report{},
-		heard: make([]int64, len(regions)), held: map[uint64]*heldClaims{}}
+		heard: make([]int64, len(regions)), undelivered: make([]int64, len(regions)), held: map[uint64]*heldClaims{}}
 	for i, r := range regions {
 		if r == self {
 			l.self = i
 		}
-		l.heard[i] = -1
+		l.heard[i], l.undelivered[i] = -1, -1
 	}
 	return l
 }
@@ -116,6 +119,16 @@ func (l *Ledger) Take(r Report) {
 	l.heard[place] = max(l.heard[place], r.Epoch)
 }
 
+// Undelivered notes that Self's report of epoch did not reach region's
+// store: that region counts Self late, and Self counts it late in turn,
+// so that neither takes more than it held while one hears the other and
+// the other does not (a link cut one way).
+func (l *Ledger) Undelivered(region string, epoch int64) {
+	if i := l.place(region); i >= 0 && i != l.self {
+		l.undelivered[i] = max(l.undelivered[i], epoch)
+	}
+}
+
 func (l *Ledger) place(region string) int {
 	for i, r := range l.regions {
 		if r == region {
@@ -138,9 +151,11 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 	fresh := 0
 	for i := range l.regions {
 		switch {
-		case i == l.self || l.heard[i] >= prev:
+		case i == l.self || l.heard[i] >= prev && l.undelivered[i] < prev:
 			states[i] = Fresh
 			fresh++
+		case l.heard[i] >= prev:
+			states[i] = Late // it did not get Self's report: it counts Self late
 		case l.heard[i] >= 0 && prev-l.heard[i] <= l.silence:
 			states[i] = Late
 		default:

@@ -6,27 +6,47 @@ import (
 )
 
 // TestLedgersThroughOneLinkCut: three regions, each a ledger; from epoch
-// 3 the reports between eu and ap are lost (us still hears both) while
-// eu's demand rises and ap's falls. Each region's own claim, as its
+// 3 the reports between eu and ap are lost (us still hears both), both
+// ways or from eu to ap only, while demand moves: at epoch 4 eu's rises
+// (and, both ways, ap's falls). A report that is lost is a write that
+// failed: its sender knows (Undelivered). Each region's own claim, as its
 // ledger works it out, must add up with the others' to no more than the
 // limit at every epoch.
 func TestLedgersThroughOneLinkCut(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		lost          func(from, to string) bool
+		before, after map[string]float64
+	}{
+		{"both ways", func(from, to string) bool { return from == "eu" && to == "ap" || from == "ap" && to == "eu" },
+			map[string]float64{"eu": 30, "us": 30, "ap": 30}, map[string]float64{"eu": 90, "us": 30, "ap": 5}},
+		// eu hears everyone, ap does not hear eu: eu must not take
+		// more than it held while ap leaves it only that.
+		{"one way", func(from, to string) bool { return from == "eu" && to == "ap" },
+			map[string]float64{"eu": 5, "us": 30, "ap": 30}, map[string]float64{"eu": 90, "us": 30, "ap": 30}},
+	} {
+		t.Run(c.name, func(t *testing.T) { ledgersThroughACut(t, c.lost, c.before, c.after) })
+	}
+}
+
+func ledgersThroughACut(t *testing.T, lost func(from, to string) bool, before, after map[string]float64) {
 	names := []string{"ap", "eu", "us"}
 	ledgers := map[string]*Ledger{}
 	for _, n := range names {
 		ledgers[n] = NewLedger(n, names, 30, 0)
 	}
 	limit := Bucket{Size: 60, Rate: 60}
-	demand := map[string]float64{"eu": 30, "us": 30, "ap": 30}
+	demand := before
 	usage := map[string]float64{}
 	for epoch := int64(1); epoch <= 12; epoch++ {
 		if epoch == 4 {
-			demand["eu"], demand["ap"] = 90, 5
+			demand = after
 		}
 		for _, from := range names {
 			rep := Report{Region: from, Replica: "0", Epoch: epoch - 1, Buckets: map[uint64]Record{1: {Demand: demand[from], Usage: usage[from], Bucket: limit}}}
 			for _, to := range names {
-				if epoch >= 3 && ((from == "eu" && to == "ap") || (from == "ap" && to == "eu")) {
+				if epoch >= 3 && lost(from, to) {
+					ledgers[from].Undelivered(to, epoch-1)
 					continue
 				}
 				ledgers[to].Take(rep)

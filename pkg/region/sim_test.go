@@ -116,7 +116,11 @@ func (s *sim) runFrom(from, to time.Duration) {
 				r.asked = 0
 				r.ledger.Take(rep)
 				for j := range s.regions {
-					if j != i && !s.cut(t, i, j) {
+					switch {
+					case j == i:
+					case s.cut(t, i, j):
+						r.ledger.Undelivered(s.regions[j].name, epoch-1) // its write failed
+					default:
 						s.inflight = append(s.inflight, delivery{at: t + s.delay, to: j, r: rep})
 					}
 				}
@@ -394,4 +398,53 @@ func TestSimOneLinkCut(t *testing.T) {
 	s.run(60 * time.Second)
 	t.Logf("per second:%s", s.timeline(60*time.Second))
 	checkBound(t, s, 5*time.Second, 0, 60*time.Second, 0)
+}
+
+// TestSimOneWayCut: from 20 s to 40 s region 0's reports no longer reach
+// region 1 (region 1's still reach region 0, and region 2 hears both),
+// while region 0's demand rises from 10 to 60 at 25 s. Region 1, not
+// hearing region 0, leaves it the claim it held; region 0, hearing
+// everyone, must not take more on its own: a region whose report a peer
+// did not take counts that peer as late, as the peer counts it. No 15 s
+// is over one bucket's bound.
+func TestSimOneWayCut(t *testing.T) {
+	s := newSim(t, perSecond(60), time.Second, 50*time.Millisecond, step(10, 60, 25*time.Second), steady(30), steady(30))
+	s.cut = func(t time.Duration, from, to int) bool {
+		return t >= 20*time.Second && t < 40*time.Second && from == 0 && to == 1
+	}
+	s.run(60 * time.Second)
+	t.Logf("per second:%s", s.timeline(60*time.Second))
+	checkBound(t, s, 15*time.Second, 0, 60*time.Second, 0)
+	fair := []float64{20, 20, 20}
+	for i := range s.regions {
+		if got := s.admitted(i, 45*time.Second, 60*time.Second); got < 0.8*fair[i] {
+			t.Errorf("region %d: %.1f/s from 5 s after the heal, below 80%% of its fair %v", i, got, fair[i])
+		}
+	}
+}
+
+// TestSimPartialCut: from 20 s to 40 s regions 0 and 1 do not hear each
+// other, both hearing region 2 and heard by it, while demand moves: region
+// 1's falls from 30 to 5 and region 2's rises from 10 to 60 at 25 s.
+// Regions 0 and 1 each leave the other its claim; region 2, hearing both,
+// divides as if nothing were cut. No 15 s is over one bucket's bound.
+func TestSimPartialCut(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		demands []func(time.Duration) float64
+	}{
+		{"demand moves to the region that hears both", []func(time.Duration) float64{steady(60), step(30, 5, 25*time.Second), step(10, 60, 25*time.Second)}},
+		{"demand moves to a cut region", []func(time.Duration) float64{step(10, 60, 25*time.Second), steady(30), step(60, 10, 25*time.Second)}},
+		{"every demand rises", []func(time.Duration) float64{step(10, 60, 25*time.Second), step(10, 60, 25*time.Second), step(10, 60, 25*time.Second)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSim(t, perSecond(60), time.Second, 50*time.Millisecond, c.demands...)
+			s.cut = func(t time.Duration, from, to int) bool {
+				return t >= 20*time.Second && t < 40*time.Second && from+to == 1
+			}
+			s.run(60 * time.Second)
+			t.Logf("per second:%s", s.timeline(60*time.Second))
+			checkBound(t, s, 15*time.Second, 0, 60*time.Second, 0)
+		})
+	}
 }
