@@ -174,3 +174,23 @@ func TestRegionPeerTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionsBesideTheReferenceEnvironment: an image swapped in for
+// envoyproxy/ratelimit reads its variables (REDIS_URL, its store) and the
+// region settings from RLS_ variables beside them.
+func TestRegionsBesideTheReferenceEnvironment(t *testing.T) {
+	env := map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.eu:6379",
+		"RLS_REGION": "eu", "RLS_REGION_PEERS": "us=redis://redis.us:6379/0", "RLS_REGION_INTERVAL": "2s"}
+	s, err := parseFlags(nil, lookupIn(env), io.Discard, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.region.name != "eu" || len(s.region.parsed) != 1 || s.region.parsed[0].name != "us" || s.region.interval != 2*time.Second {
+		t.Fatalf("region %q, peers %+v, interval %v", s.region.name, s.region.parsed, s.region.interval)
+	}
+	env["BACKEND_TYPE"] = "memcache"
+	env["MEMCACHE_HOST_PORT"] = "memcached:11211"
+	if _, err := parseFlags(nil, lookupIn(env), io.Discard, true); err == nil || !strings.Contains(err.Error(), "-region needs -store redis") {
+		t.Fatalf("regions on the reference's memcache backend: %v", err)
+	}
+}
