@@ -132,7 +132,7 @@ func peerStore(s *settings, p regionPeer, log *slog.Logger) (*redis.Store, error
 	own := s.redis
 	c := &redis.ClientOptions{URL: p.url, Password: password, Cluster: p.cluster,
 		DialTimeout: own.dialTimeout, ReadTimeout: own.readTimeout, WriteTimeout: own.writeTimeout}
-	if strings.HasPrefix(p.url, "rediss://") {
+	if u, err := url.Parse(p.url); err == nil && u.Scheme == "rediss" {
 		c.CAFile, c.CertFile, c.KeyFile = own.tlsCA, own.tlsCert, own.tlsKey
 	}
 	st, err := redis.New(redis.Options{Connect: c, Logger: log, Prefix: s.redisKeyPrefix})

@@ -154,9 +154,15 @@ func TestRegionPeerTLS(t *testing.T) {
 		{"with the region's TLS files", []string{"-redis-url", srv.DBURL(1), "-redis-tls-ca", pki.CACert,
 			"-redis-tls-cert", pki.ClientCert, "-redis-tls-key", pki.ClientKey}, true},
 		{"without a client certificate", []string{"-redis-url", srv.DBURL(1), "-redis-tls-ca", pki.CACert}, false},
+		{"an upper-case scheme", []string{"-redis-url", srv.DBURL(1), "-redis-tls-ca", pki.CACert,
+			"-redis-tls-cert", pki.ClientCert, "-redis-tls-key", pki.ClientKey}, true},
 		{"without the CA", nil, false},
 	} {
-		args := append([]string{"-store", "redis", "-region", "eu", "-region-peers", "us=" + srv.URL()}, c.flags...)
+		peer := srv.URL()
+		if c.name == "an upper-case scheme" {
+			peer = "REDISS" + strings.TrimPrefix(peer, "rediss")
+		}
+		args := append([]string{"-store", "redis", "-region", "eu", "-region-peers", "us=" + peer}, c.flags...)
 		s, err := parseFlags(args, lookupIn(nil), io.Discard, false)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)

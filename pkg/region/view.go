@@ -74,9 +74,11 @@ type Part struct {
 // Statuses returns every region as this replica sees it, in name order.
 func (x *Exchange) Statuses() []Status {
 	now := x.opts.Clock()
-	x.lmu.Lock()
-	out := x.ledger.statuses()
-	x.lmu.Unlock()
+	out := func() []Status {
+		x.lmu.Lock()
+		defer x.lmu.Unlock()
+		return x.ledger.statuses()
+	}()
 	for i := range out {
 		out[i].Own = out[i].Region == x.opts.Region
 		out[i].LastExchangeSeconds = -1
@@ -94,18 +96,19 @@ func (x *Exchange) Statuses() []Status {
 func (x *Exchange) Bucket(key string, l limit.Limit) BucketView {
 	hash := KeyHash(key)
 	rate := l.PerSecond()
+	// The claims and the parts of one division: Divide puts claims in
+	// force under lmu.
+	x.lmu.Lock()
+	defer x.lmu.Unlock()
 	c, divided := (*x.claims.Load())[hash]
 	if !divided {
 		n := float64(len(x.ledger.regions))
 		c = Claim{Size: float64(l.Size) / n, Share: 1 / n}
 	}
 	v := BucketView{Region: x.opts.Region, Size: c.Size, Share: c.Share, Rate: c.Share * rate, Divided: divided}
-	if !divided {
-		return v
+	if divided {
+		v.Parts = x.ledger.parts(hash, rate)
 	}
-	x.lmu.Lock()
-	v.Parts = x.ledger.parts(hash, rate)
-	x.lmu.Unlock()
 	return v
 }
 
@@ -120,10 +123,10 @@ func (l *Ledger) statuses() []Status {
 	}
 	for _, two := range l.reports {
 		for _, r := range two {
-			if r.Epoch != l.divided-1 {
-				continue
-			}
 			i := l.place(r.Region)
+			if r.Epoch != l.divided-1 || i < 0 {
+				continue // another epoch's, or a place kept for one
+			}
 			out[i].Replicas++
 			for key, rec := range r.Buckets {
 				buckets[i][key] = true
@@ -152,6 +155,9 @@ func (l *Ledger) parts(key uint64, rate float64) []Part {
 		for _, r := range two {
 			if rec, ok := r.Buckets[key]; ok && r.Epoch == l.divided-1 {
 				i := l.place(r.Region)
+				if i < 0 {
+					continue
+				}
 				out[i].Demand += want(rec.Demand)
 				out[i].Usage += want(rec.Usage)
 			}

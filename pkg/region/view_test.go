@@ -119,3 +119,34 @@ func TestViews(t *testing.T) {
 		t.Fatalf("us's part once gone: %+v, want gone, holding nothing", p)
 	}
 }
+
+// TestStatusesBeforeTheFirstDivision: a scrape between a replica's first
+// report and its first division (its own store down at start, say) is
+// answered, and the exchange goes on after it.
+func TestStatusesBeforeTheFirstDivision(t *testing.T) {
+	clock := time.Unix(1_800_000_000, 0)
+	x, err := New(Options{Region: "eu", Regions: []string{"eu", "us"}, Own: newMemBoard(), Peers: map[string]Board{"us": newMemBoard()},
+		Interval: time.Second, Silence: time.Minute, Clock: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit()
+	x.Asked([]limit.Bucket{{Key: "api|user=u", Limit: l, Hits: 1}})
+	ctx := context.Background()
+	if err := x.Publish(ctx, clock.Unix()-1, clock); err != nil {
+		t.Fatal(err)
+	}
+	if got := x.Statuses(); len(got) != 2 || got[0].Region != "eu" || got[0].State != "fresh" || got[1].State != "late" {
+		t.Fatalf("statuses before the first division: %+v", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- x.Divide(ctx, clock.Unix(), clock.Add(500*time.Millisecond)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the division after a status read did not return")
+	}
+}

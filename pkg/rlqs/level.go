@@ -92,7 +92,9 @@ func (st *stream) demand(now time.Time) {
 		}
 		var sum float64
 		for _, ls := range sl.subs {
-			if d := ls.b.demand(); !math.IsInf(d, 0) {
+			// Capped by the levels below, as the division here has it: a
+			// bucket held to 1 a second there wants no more of this one.
+			if d := ls.b.cappedDemand(ls.i); !math.IsInf(d, 0) {
 				sum += d
 			}
 		}

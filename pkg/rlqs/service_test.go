@@ -625,6 +625,20 @@ func TestRegionDemandIsTold(t *testing.T) {
 	if want := h.clock.Now().Add(3 * time.Second); !got.until.Equal(want) {
 		t.Fatalf("until %v, want %v (three report intervals)", got.until, want)
 	}
+	// A bucket held to 10 a second by a level below (user/action) wants
+	// no more than that of the user's level.
+	trade := map[string]string{"user": "bob", "action": "trade"}
+	e.mustReport(usage{bucket: trade, allowed: 1})
+	for range 3 {
+		h.clock.add(time.Second)
+		e.mustReport(usage{bucket: alice(), allowed: 50, denied: 150}, usage{bucket: trade, allowed: 10, denied: 190})
+	}
+	mu.Lock()
+	user, action := last["edge|user=bob"], last["edge|user=bob|action=trade"]
+	mu.Unlock()
+	if user.perSecond > 10.5 || action.perSecond < 199 {
+		t.Fatalf("a bucket asking 200/s held to 10/s below: told %.1f/s of the user's level and %.1f/s of the action's, want at most 10 and 200", user.perSecond, action.perSecond)
+	}
 	e.stream.CloseSend()
 	if _, err := e.stream.Recv(); err == nil {
 		t.Fatal("the stream did not end")
