@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -159,6 +160,20 @@ type Store struct {
 	refSkew  time.Duration
 	breakers *breaker.Set // nil: none
 	log      *slog.Logger
+	// expiredReports are the fields of the regions' hash its last
+	// ExchangeReport found past their expiry: the next deletes them if
+	// they still are; heldReports the reports it read, by field, which
+	// the next reads again only if their heads changed (regions.go).
+	reportsMu      sync.Mutex
+	expiredReports []string
+	heldReports    map[string]heldReport
+	// serverAhead is how far the Redis server's clock is ahead of this
+	// one's, µs, as the last report call found it (serverKnown once one
+	// has); value is the room of a report call's value, under valueMu.
+	serverAhead atomic.Int64
+	serverKnown atomic.Bool
+	valueMu     sync.Mutex
+	value       []byte
 }
 
 // executor decides buckets whose keys share a slot. now is Unix
