@@ -200,7 +200,13 @@ func fairSize(share, shareLeft, pool float64, fresh int) float64 {
 // what the wants leave in equal parts.
 func divideShares(left, rate, size float64, views []View, claims []Claim, fresh int) {
 	floor := left * IdleShare / float64(fresh)
-	wants := make([]float64, 0, fresh)
+	// On the stack for a few regions: Divide runs for every bucket at
+	// every exchange.
+	var buf, sorted [8]float64
+	wants := buf[:0]
+	if fresh > len(buf) {
+		wants = make([]float64, 0, fresh)
+	}
 	for _, v := range views {
 		if v.State == Fresh {
 			w := 0.0
@@ -213,7 +219,7 @@ func divideShares(left, rate, size float64, views []View, claims []Claim, fresh 
 			wants = append(wants, max(w, floor))
 		}
 	}
-	level := fillLevel(left, slices.Clone(wants))
+	level := fillLevel(left, append(sorted[:0], wants...))
 	given, j := 0.0, 0
 	for i, v := range views {
 		if v.State == Fresh {

@@ -1,6 +1,7 @@
 package region
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,8 +20,19 @@ import (
 // replicas write their reports, each as its field, and read the others'.
 type Board interface {
 	// ExchangeReport writes report as field's, valid for ttl, and
-	// returns every other field's live report.
+	// returns every other field's live report. It must not keep report
+	// past the call.
 	ExchangeReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) ([]Posted, error)
+}
+
+// Poster is a Board that also takes a report without reading the others
+// back: what a replica writes to the other regions' stores, whose reports
+// it does not read (it reads its own region's). A Board that is not one
+// is written to with ExchangeReport, its answer left unread.
+type Poster interface {
+	// PostReport writes report as field's, valid for ttl. It must not
+	// keep report past the call.
+	PostReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) error
 }
 
 // Posted is a report as a Board holds it: its field ("region/replica")
@@ -70,14 +82,33 @@ type Exchange struct {
 	opts    Options
 	replica string // this replica's name, random
 	field   string // its field on the boards: region/replica
-	// published is its last report, encoded: the exchange loop's own.
+	// published is its last report, encoded: the exchange loop's own,
+	// its buffer used again at the next. reported is how many buckets it
+	// named: what the next makes room for.
 	published []byte
+	reported  int
+	// parsed are the reports last read of each field ("region/replica")
+	// and taken into the ledger, as read: one read again (a replica's
+	// report stays on the store until its next) is not parsed again.
+	// The exchange loop's, under lmu.
+	parsed map[string]string
 	// ledger is the exchange loop's; the views read it too, under lmu.
 	lmu    sync.Mutex
 	ledger *Ledger
-	// uses are this replica's buckets, by key hash: *use.
-	uses   sync.Map
-	claims atomic.Pointer[map[uint64]Claim]
+	// uses are this replica's buckets, by key hash: *use. ordered are
+	// the same, in the order of their keys up to sorted, then in the
+	// order they were made: what the exchange loop goes through twice an
+	// interval (faster than through the map), putting them in order first.
+	// omu guards them; use adds to ordered.
+	uses    sync.Map
+	omu     sync.Mutex
+	ordered []*use
+	sorted  int
+	// merged is room for ordered's next merge, and mine for the buckets
+	// a division takes: the exchange loop's.
+	merged []*use
+	mine   []keyedBucket
+	claims atomic.Pointer[claimTable]
 	// last is when each region's store was last exchanged with, Unix
 	// nanoseconds (0: never), by region.
 	last map[string]*atomic.Int64
@@ -94,9 +125,12 @@ type Exchange struct {
 
 // use is one bucket as this replica uses it.
 type use struct {
+	key   uint64 // its key's hash
+	gone  bool   // taken out of uses: the exchange loop's
 	mu    sync.Mutex
 	limit limit.Limit
-	asked int64 // this epoch's hits
+	rate  float64 // limit's, a second (limit.PerSecond)
+	asked int64   // this epoch's hits
 	// count is what this replica's admissions count in the bucket, as of
 	// at: a leaky bucket's level draining at the region's share, a
 	// window's hits in the window from window (Unix microseconds).
@@ -141,15 +175,15 @@ func New(opts Options) (*Exchange, error) {
 	slices.Sort(regions)
 	id := make([]byte, 6)
 	rand.Read(id)
-	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}, failed: map[string]*atomic.Int64{}, failing: map[string]bool{}}
+	x := &Exchange{opts: opts, replica: hex.EncodeToString(id), last: map[string]*atomic.Int64{}, failed: map[string]*atomic.Int64{}, failing: map[string]bool{},
+		parsed: map[string]string{}}
 	x.replicas.Store(1)
 	x.field = opts.Region + "/" + x.replica
 	x.ledger = NewLedger(opts.Region, regions, x.silenceEpochs(), opts.Interval/2)
 	for _, r := range regions {
 		x.last[r], x.failed[r] = &atomic.Int64{}, &atomic.Int64{}
 	}
-	empty := map[uint64]Claim{}
-	x.claims.Store(&empty)
+	x.claims.Store(&claimTable{})
 	return x, nil
 }
 
@@ -162,7 +196,7 @@ func (x *Exchange) silenceEpochs() int64 {
 // has reported the bucket yet (every region starting on it at once takes
 // its equal part, no more).
 func (x *Exchange) Scaled(key uint64, l limit.Limit) limit.Limit {
-	c, ok := (*x.claims.Load())[key]
+	c, ok := x.claims.Load().lookup(key)
 	if !ok {
 		n := float64(len(x.ledger.regions))
 		c = Claim{Size: float64(l.Size) / n, Share: 1 / n}
@@ -190,7 +224,8 @@ func (x *Exchange) Asked(buckets []limit.Bucket) {
 		}
 		u := x.use(KeyHash(b.Key), b.Limit, now)
 		u.mu.Lock()
-		u.limit, u.idle = b.Limit, 0
+		u.setLimit(b.Limit)
+		u.idle = 0
 		u.asked += b.Hits
 		u.mu.Unlock()
 	}
@@ -222,7 +257,8 @@ func (x *Exchange) Wants(source any, key string, l limit.Limit, perSecond float6
 	if u.wants == nil {
 		u.wants = map[any]standing{}
 	}
-	u.limit, u.idle = l, 0
+	u.setLimit(l)
+	u.idle = 0
 	u.wants[source] = standing{perSecond: want(perSecond), until: until}
 }
 
@@ -244,10 +280,11 @@ func (u *use) wanted(now time.Time) float64 {
 // regardless, at now: what this replica counts in it.
 func (x *Exchange) admitted(key uint64, l limit.Limit, hits int64, now time.Time) {
 	u := x.use(key, l, now)
-	share := x.drainShare(key, *x.claims.Load())
+	share := x.drainShare(x.claims.Load().lookup(key))
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.limit, u.idle = l, 0
+	u.setLimit(l)
+	u.idle = 0
 	u.advance(now, share)
 	u.count += float64(hits)
 }
@@ -258,9 +295,9 @@ func (x *Exchange) admitted(key uint64, l limit.Limit, hits int64, now time.Time
 // region's whole rate each, their counts together would be too low and
 // the others given room this region still holds. (Drained at a part,
 // one replica's count is too high when the others are idle: safe.)
-func (x *Exchange) drainShare(key uint64, claims map[uint64]Claim) float64 {
+func (x *Exchange) drainShare(c Claim, claimed bool) float64 {
 	share := 1 / float64(len(x.ledger.regions))
-	if c, ok := claims[key]; ok {
+	if claimed {
 		share = c.Share
 	}
 	return share / float64(x.replicas.Load())
@@ -270,9 +307,67 @@ func (x *Exchange) drainShare(key uint64, claims map[uint64]Claim) float64 {
 func (x *Exchange) use(key uint64, l limit.Limit, now time.Time) *use {
 	v, ok := x.uses.Load(key)
 	if !ok {
-		v, _ = x.uses.LoadOrStore(key, &use{limit: l, at: now})
+		var loaded bool
+		if v, loaded = x.uses.LoadOrStore(key, &use{key: key, limit: l, rate: l.PerSecond(), at: now}); !loaded {
+			x.omu.Lock()
+			x.ordered = append(x.ordered, v.(*use))
+			x.omu.Unlock()
+		}
 	}
 	return v.(*use)
+}
+
+// inOrder returns the uses made so far, in the order of their keys. The
+// exchange loop alone calls it, and the slice is valid until its next
+// call of inOrder or forget.
+func (x *Exchange) inOrder() []*use {
+	x.omu.Lock()
+	defer x.omu.Unlock()
+	if x.sorted < len(x.ordered) {
+		// Those made since, sorted, then merged with the others.
+		byKey := func(a, b *use) int { return cmp.Compare(a.key, b.key) }
+		head, tail := x.ordered[:x.sorted], x.ordered[x.sorted:]
+		slices.SortFunc(tail, byKey)
+		if len(head) > 0 && head[len(head)-1].key > tail[0].key {
+			m := x.merged[:0]
+			for len(head) > 0 && len(tail) > 0 {
+				if head[0].key <= tail[0].key {
+					m, head = append(m, head[0]), head[1:]
+				} else {
+					m, tail = append(m, tail[0]), tail[1:]
+				}
+			}
+			m = append(append(m, head...), tail...)
+			clear(x.ordered)
+			x.merged, x.ordered = x.ordered[:0], m
+		}
+		x.sorted = len(x.ordered)
+	}
+	return x.ordered
+}
+
+// forget drops the uses marked gone from ordered.
+func (x *Exchange) forget() {
+	x.omu.Lock()
+	defer x.omu.Unlock()
+	kept, sorted := x.ordered[:0], 0
+	for i, u := range x.ordered {
+		if !u.gone {
+			kept = append(kept, u)
+			if i < x.sorted {
+				sorted++
+			}
+		}
+	}
+	clear(x.ordered[len(kept):])
+	x.ordered, x.sorted = kept, sorted
+}
+
+// setLimit sets the bucket's limit.
+func (u *use) setLimit(l limit.Limit) {
+	if l != u.limit {
+		u.limit, u.rate = l, l.PerSecond()
+	}
 }
 
 // advance brings count to now: a leaky bucket's drains at share of its
@@ -283,9 +378,9 @@ func (u *use) advance(now time.Time, share float64) {
 	if dt > 0 {
 		switch u.limit.Algorithm {
 		case limit.LeakyBucket:
-			u.count = max(u.count-dt*share*u.limit.PerSecond(), 0)
+			u.count = max(u.count-dt*share*u.rate, 0)
 		case limit.SlidingWindow:
-			u.count = max(u.count-dt*share*u.limit.PerSecond(), 0)
+			u.count = max(u.count-dt*share*u.rate, 0)
 		}
 		u.at = now
 	}
@@ -306,7 +401,8 @@ func (u *use) advance(now time.Time, share float64) {
 // would have them divide as if it held claims it does not work out.
 func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) error {
 	rep := x.report(epoch, now)
-	x.published = AppendReport(nil, rep)
+	// No board keeps it past its call: the buffer serves the next too.
+	x.published = AppendReport(x.published[:0], rep)
 	x.lmu.Lock()
 	x.ledger.Take(rep)
 	x.lmu.Unlock()
@@ -318,7 +414,12 @@ func (x *Exchange) Publish(ctx context.Context, epoch int64, now time.Time) erro
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, x.opts.Interval/2)
 			defer cancel()
-			_, err := b.ExchangeReport(pctx, now, x.field, x.published, x.ttl())
+			var err error
+			if p, ok := b.(Poster); ok {
+				err = p.PostReport(pctx, now, x.field, x.published, x.ttl())
+			} else {
+				_, err = b.ExchangeReport(pctx, now, x.field, x.published, x.ttl())
+			}
 			x.exchanged(name, now, err)
 			if err != nil {
 				x.lmu.Lock()
@@ -348,8 +449,12 @@ func (x *Exchange) collect(ctx context.Context, now time.Time) error {
 		if !ok {
 			continue
 		}
-		if r, perr := ParseReport(region, replica, []byte(p.Report)); perr == nil {
+		if was, ok := x.parsed[p.Field]; ok && was == p.Report {
+			continue // taken as it is: taking it again changes nothing
+		}
+		if r, perr := parseReport(region, replica, p.Report, x.ledger.spare()); perr == nil {
 			x.ledger.Take(r)
+			x.parsed[p.Field] = p.Report
 		}
 	}
 	return nil
@@ -364,15 +469,27 @@ func (x *Exchange) ttl() time.Duration { return max(x.opts.Silence, 3*x.opts.Int
 // forgotten.
 func (x *Exchange) report(epoch int64, now time.Time) Report {
 	secs := x.opts.Interval.Seconds()
-	claims := *x.claims.Load()
-	rep := Report{Region: x.opts.Region, Replica: x.replica, Epoch: epoch, Buckets: map[uint64]Record{}}
-	full := false
-	x.uses.Range(func(k, v any) bool {
-		key, u := k.(uint64), v.(*use)
-		share := x.drainShare(key, claims)
+	claims := x.claims.Load()
+	x.lmu.Lock()
+	list := x.ledger.spare()
+	x.lmu.Unlock()
+	rep := Report{Region: x.opts.Region, Replica: x.replica, Epoch: epoch, list: slices.Grow(list[:0], x.reported)}
+	full, forgot := false, false
+	next := 0 // claims' next key: the uses and the claims go in the same order
+	for _, u := range x.inOrder() {
+		key := u.key
+		for next < len(claims.keys) && claims.keys[next] < key {
+			next++
+		}
+		claimed := next < len(claims.keys) && claims.keys[next] == key
+		var c Claim
+		if claimed {
+			c = claims.claims[next]
+		}
+		share := x.drainShare(c, claimed)
 		u.mu.Lock()
 		u.advance(now, share)
-		asked, count, l := u.asked, u.count, u.limit
+		asked, count, size, rate := u.asked, u.count, u.limit.Size, u.rate
 		wanted := u.wanted(now)
 		u.asked = 0
 		if asked == 0 && wanted == 0 {
@@ -381,16 +498,23 @@ func (x *Exchange) report(epoch int64, now time.Time) Report {
 		gone := u.idle > x.silenceEpochs() && count == 0
 		u.mu.Unlock()
 		if gone {
-			x.uses.Delete(key)
-			return true
+			x.uses.CompareAndDelete(key, u)
+			u.gone, forgot = true, true
+			continue
 		}
 		if (asked > 0 || wanted > 0 || count > 0) && !full {
-			rep.Buckets[key] = Record{Demand: float64(asked)/secs + wanted, Usage: count,
-				Bucket: Bucket{Size: float64(l.Size), Rate: l.PerSecond()}}
-			full = len(rep.Buckets) == MaxReportBuckets
+			rep.list = append(rep.list, keyed{key: key, Record: Record{Demand: float64(asked)/secs + wanted, Usage: count,
+				Bucket: Bucket{Size: float64(size), Rate: rate}}})
+			full = len(rep.list) == MaxReportBuckets
 		}
-		return true
-	})
+	}
+	if forgot {
+		x.forget()
+	}
+	// In the order of their keys, as inOrder gave them: a report's list
+	// has one a key.
+	rep.list = slices.CompactFunc(rep.list, func(a, b keyed) bool { return a.key == b.key })
+	x.reported = len(rep.list)
 	if full {
 		x.opts.Logger.Warn("region: this replica used more buckets in an interval than a report holds; the others go unreported", "most", MaxReportBuckets)
 	}
@@ -404,19 +528,24 @@ func (x *Exchange) Divide(ctx context.Context, epoch int64, now time.Time) error
 	if err := x.collect(ctx, now); err != nil {
 		return err
 	}
-	mine := map[uint64]Bucket{}
-	x.uses.Range(func(k, v any) bool {
-		u := v.(*use)
+	// This replica's buckets, in the order of their keys.
+	mine := x.mine[:0]
+	for _, u := range x.inOrder() {
 		u.mu.Lock()
-		mine[k.(uint64)] = Bucket{Size: float64(u.limit.Size), Rate: u.limit.PerSecond()}
+		mine = append(mine, keyedBucket{u.key, Bucket{Size: float64(u.limit.Size), Rate: u.rate}})
 		u.mu.Unlock()
-		return true
-	})
+	}
+	x.mine = mine
 	x.lmu.Lock()
-	claims := x.ledger.Claims(epoch, mine)
+	claims := x.ledger.claims(epoch, mine)
 	x.ledger.Forget(epoch)
+	for field := range x.parsed {
+		if !x.ledger.holds(field) {
+			delete(x.parsed, field) // forgotten: taken again if read again
+		}
+	}
 	x.replicas.Store(int64(x.ledger.Replicas(x.opts.Region, epoch)))
-	x.claims.Store(&claims)
+	x.claims.Store(claims)
 	x.lmu.Unlock()
 	return nil
 }

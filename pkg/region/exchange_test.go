@@ -179,8 +179,8 @@ func TestRegionalBucketsAreNotDivided(t *testing.T) {
 		t.Errorf("a divided bucket admitted %d at once before any report, want an equal part, 20", n)
 	}
 	rep := x.report(1, now)
-	if _, ok := rep.Buckets[KeyHash("api|mine=x")]; ok || len(rep.Buckets) != 1 {
-		t.Errorf("the report names %d buckets, the regional one among them: %v", len(rep.Buckets), rep.Buckets)
+	if _, ok := rep.lookup(KeyHash("api|mine=x")); ok || rep.len() != 1 {
+		t.Errorf("the report names %d buckets, the regional one among them: %v", rep.len(), rep.list)
 	}
 }
 
@@ -237,7 +237,9 @@ func TestReplicasCountTheirPart(t *testing.T) {
 	clock = clock.Add(200 * time.Millisecond)
 	reported := 0.0
 	for _, x := range xs {
-		reported += x.report(3, clock).Buckets[KeyHash(b.Key)].Usage
+		rep := x.report(3, clock)
+		rec, _ := rep.lookup(KeyHash(b.Key))
+		reported += rec.Usage
 	}
 	states := make([]limit.State, 1)
 	at, err := inner.State(ctx, clock, []limit.Bucket{{Key: b.Key, Limit: xs[0].Scaled(KeyHash(b.Key), l)}}, states)
@@ -271,8 +273,77 @@ func TestRefusedRequestsCountNothing(t *testing.T) {
 	if err := x.Wrap(inner).Apply(context.Background(), now, []limit.Bucket{roomy, full}, res); err != nil {
 		t.Fatal(err)
 	}
-	if got := x.report(1, now).Buckets[KeyHash(roomy.Key)].Usage; got != 0 {
-		t.Fatalf("a refused request counted %v in the bucket that had room", got)
+	rep := x.report(1, now)
+	if got, _ := rep.lookup(KeyHash(roomy.Key)); got.Usage != 0 {
+		t.Fatalf("a refused request counted %v in the bucket that had room", got.Usage)
+	}
+}
+
+// postBoard is a memBoard that takes posts too, and counts both kinds.
+type postBoard struct {
+	*memBoard
+	posts, exchanges int
+}
+
+func (b *postBoard) ExchangeReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) ([]Posted, error) {
+	b.exchanges++
+	return b.memBoard.ExchangeReport(ctx, now, field, report, ttl)
+}
+
+func (b *postBoard) PostReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) error {
+	b.posts++
+	_, err := b.memBoard.ExchangeReport(ctx, now, field, report, ttl)
+	return err
+}
+
+// TestPeersArePosted: a replica posts its report to the other regions'
+// stores that take posts, and exchanges with its own (reading the
+// others' there).
+func TestPeersArePosted(t *testing.T) {
+	own, peer := &postBoard{memBoard: newMemBoard()}, &postBoard{memBoard: newMemBoard()}
+	clock := time.Unix(1_800_000_000, 0)
+	x, err := New(Options{Region: "eu", Regions: []string{"eu", "us"}, Own: own, Peers: map[string]Board{"us": peer},
+		Interval: time.Second, Silence: time.Minute, Clock: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Asked([]limit.Bucket{{Key: "api|user=u", Limit: limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit(), Hits: 1}})
+	if err := x.Publish(context.Background(), 0, clock); err != nil {
+		t.Fatal(err)
+	}
+	if own.exchanges != 1 || own.posts != 0 || peer.exchanges != 0 || peer.posts != 1 {
+		t.Fatalf("own store: %d exchanges, %d posts; the peer's: %d, %d; want 1, 0 and 0, 1", own.exchanges, own.posts, peer.exchanges, peer.posts)
+	}
+	if len(peer.reports) != 1 {
+		t.Fatalf("the peer's store holds %d reports, want eu's", len(peer.reports))
+	}
+}
+
+// TestIdleBucketsAreForgotten: a bucket not used for longer than a region
+// may be silent, and counting nothing, is forgotten; used again, it is
+// reported again.
+func TestIdleBucketsAreForgotten(t *testing.T) {
+	clock := time.Unix(1_800_000_000, 0)
+	x, err := New(Options{Region: "eu", Regions: []string{"eu"}, Own: newMemBoard(), Interval: time.Second, Silence: 2 * time.Second,
+		Clock: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := limit.Rate{RequestsPerUnit: 60, Unit: limit.Second}.Limit()
+	idle, busy := limit.Bucket{Key: "api|user=idle", Limit: l, Hits: 1}, limit.Bucket{Key: "api|user=busy", Limit: l, Hits: 1}
+	x.Asked([]limit.Bucket{idle, busy})
+	for epoch := int64(1); epoch <= 5; epoch++ {
+		x.Asked([]limit.Bucket{busy})
+		x.report(epoch, clock)
+		clock = clock.Add(time.Second)
+	}
+	if _, ok := x.uses.Load(KeyHash(idle.Key)); ok || len(x.inOrder()) != 1 {
+		t.Fatalf("the idle bucket is still used (%d buckets in order), want it forgotten", len(x.inOrder()))
+	}
+	x.Asked([]limit.Bucket{idle, busy})
+	rep := x.report(6, clock)
+	if rec, _ := rep.lookup(KeyHash(idle.Key)); rep.len() != 2 || rec.Demand != 1 {
+		t.Fatalf("used again, the bucket reports %+v; want it with the busy one", rep.list)
 	}
 }
 
@@ -291,7 +362,8 @@ func TestStandingDemand(t *testing.T) {
 	const key = "api|tenant=acme"
 	h := KeyHash(key)
 	demand := func() float64 {
-		rec, ok := x.report(0, clock).Buckets[h]
+		rep := x.report(0, clock)
+		rec, ok := rep.lookup(h)
 		if !ok {
 			return -1 // not reported
 		}

@@ -1,6 +1,7 @@
 package region
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -32,6 +33,10 @@ type Report struct {
 	Region, Replica string
 	Epoch           int64
 	Buckets         map[uint64]Record
+	// list holds the records instead of Buckets, in the order of their
+	// keys, one a key: the reports an Exchange makes and reads, which
+	// cost no map of 100,000 buckets each an interval (report.go).
+	list []keyed
 }
 
 // Bucket is a limit as the ledger divides it: its size and its rate (a
@@ -61,20 +66,50 @@ type Ledger struct {
 	// undelivered is, by region place, the last epoch whose report of
 	// Self's did not reach that region's store (-1: none).
 	undelivered []int64
-	// held are the claims last worked out for each bucket, by region
-	// place, with the epoch they were worked out at.
-	held map[uint64]*heldClaims
+	// held are the claims last worked out for each bucket, with the
+	// epoch they were worked out at, in the order of the buckets' keys;
+	// next is the arrays the next division fills, then held's. A division
+	// goes through its reports' lists and this replica's buckets, each in
+	// that order, and held, side by side: no map of 100,000 buckets, and
+	// nothing allocated a bucket.
+	held, next heldClaims
 	// divided is the epoch of the last claims worked out, and states
 	// each region's state then (nil before the first): what the views
 	// show.
 	divided int64
 	states  []State
+	// spares are lists of reports let go, for the next to fill.
+	spares [][]keyed
 }
 
+// heldClaims are the claims held of buckets, in the order of their keys:
+// bucket i's key, its claims by region place (n from i*n), when they
+// were worked out and the limit they were worked out for.
 type heldClaims struct {
+	keys   []uint64
 	claims []Claim
-	epoch  int64
-	limit  Bucket
+	epoch  []int64
+	limit  []Bucket
+}
+
+// of returns the claims held of key, by region place (n of them); nil if
+// none.
+func (h *heldClaims) of(key uint64, n int) []Claim {
+	i, ok := slices.BinarySearch(h.keys, key)
+	if !ok {
+		return nil
+	}
+	return h.claims[i*n : (i+1)*n]
+}
+
+func (h *heldClaims) reset() {
+	h.keys, h.claims, h.epoch, h.limit = h.keys[:0], h.claims[:0], h.epoch[:0], h.limit[:0]
+}
+
+// keyedBucket is a bucket's limit and its key hash.
+type keyedBucket struct {
+	key uint64
+	Bucket
 }
 
 // NewLedger returns the ledger of a replica of region self, among
@@ -83,7 +118,7 @@ type heldClaims struct {
 // gone, and works out claims lag after the reports they are made of.
 func NewLedger(self string, regions []string, silence int64, lag time.Duration) *Ledger {
 	l := &Ledger{self: -1, regions: regions, silence: max(silence, 1), lag: lag.Seconds(), reports: map[string]*[2]Report{},
-		heard: make([]int64, len(regions)), undelivered: make([]int64, len(regions)), held: map[uint64]*heldClaims{}}
+		heard: make([]int64, len(regions)), undelivered: make([]int64, len(regions))}
 	for i, r := range regions {
 		if r == self {
 			l.self = i
@@ -108,13 +143,19 @@ func (l *Ledger) Take(r Report) {
 	}
 	switch {
 	case r.Epoch == two[0].Epoch:
+		l.recycle(two[0], r)
 		two[0] = r
 	case r.Epoch > two[0].Epoch:
+		l.recycle(two[1], r)
 		two[1], two[0] = two[0], r
 	case r.Epoch == two[1].Epoch:
+		l.recycle(two[1], r)
 		two[1] = r
 	case r.Epoch > two[1].Epoch:
+		l.recycle(two[1], r)
 		two[1] = r
+	default:
+		l.recycle(r, Report{})
 	}
 	l.heard[place] = max(l.heard[place], r.Epoch)
 }
@@ -127,6 +168,35 @@ func (l *Ledger) Undelivered(region string, epoch int64) {
 	if i := l.place(region); i >= 0 && i != l.self {
 		l.undelivered[i] = max(l.undelivered[i], epoch)
 	}
+}
+
+// spareLists bounds the lists of reports let go that a ledger keeps for
+// the next (spare).
+const spareLists = 4
+
+// recycle keeps the list of gone, a report the ledger lets go, for the
+// next report to fill; unless taken, the report taken in its place, has
+// the same.
+func (l *Ledger) recycle(gone, taken Report) {
+	if cap(gone.list) == 0 || len(l.spares) == spareLists {
+		return
+	}
+	if cap(taken.list) > 0 && &gone.list[:1][0] == &taken.list[:1][0] {
+		return
+	}
+	l.spares = append(l.spares, gone.list[:0])
+}
+
+// spare returns the room of a report's list the ledger let go, or nil.
+func (l *Ledger) spare() []keyed {
+	n := len(l.spares)
+	if n == 0 {
+		return nil
+	}
+	list := l.spares[n-1]
+	l.spares[n-1] = nil
+	l.spares = l.spares[:n-1]
+	return list
 }
 
 func (l *Ledger) place(region string) int {
@@ -145,6 +215,28 @@ func (l *Ledger) place(region string) int {
 // the smallest the fresh reports give (the configs of two regions may
 // differ while one changes), or buckets', which Self's config gives.
 func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim {
+	mine := make([]keyedBucket, 0, len(buckets))
+	for key, b := range buckets {
+		mine = append(mine, keyedBucket{key, b})
+	}
+	slices.SortFunc(mine, func(a, b keyedBucket) int { return cmp.Compare(a.key, b.key) })
+	t := l.claims(epoch, mine)
+	out := make(map[uint64]Claim, len(t.keys))
+	for i, key := range t.keys {
+		out[key] = t.claims[i]
+	}
+	return out
+}
+
+// cursor is where a division is in a report's list.
+type cursor struct {
+	list  []keyed
+	place int
+}
+
+// claims is Claims of the buckets of mine, in the order of their keys
+// (of a key there twice, the last counts), as a table.
+func (l *Ledger) claims(epoch int64, mine []keyedBucket) *claimTable {
 	prev := epoch - 1
 	n := len(l.regions)
 	states := make([]State, n)
@@ -172,71 +264,120 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 			}
 		}
 	}
-	// Each region's demand and usage of each bucket, summed over its
-	// replicas' reports of the epoch, and the bucket's smallest limit.
-	sums := make(map[uint64][]Record, len(buckets))
-	limits := make(map[uint64]Bucket, len(buckets))
-	for key, b := range buckets {
-		sums[key] = make([]Record, n)
-		limits[key] = b
-	}
+	// The replicas' reports of the epoch, each a list in the order of
+	// its keys (a report taken with Buckets is put in order here).
+	var curs []cursor
+	size := len(mine)
 	for _, two := range l.reports {
 		for _, r := range two {
 			if r.Epoch != prev {
 				continue
 			}
-			place := l.place(r.Region)
-			for key, rec := range r.Buckets {
-				s := sums[key]
-				if s == nil {
-					s = make([]Record, n)
-					sums[key] = s
-					limits[key] = rec.Bucket
+			list := r.list
+			if list == nil {
+				for key, rec := range r.Buckets {
+					list = append(list, keyed{key, rec})
 				}
-				s[place].Demand += want(rec.Demand)
-				s[place].Usage += want(rec.Usage)
-				b := limits[key]
-				limits[key] = Bucket{Size: min(b.Size, want(rec.Size)), Rate: min(b.Rate, want(rec.Rate))}
+				slices.SortFunc(list, func(a, b keyed) int { return cmp.Compare(a.key, b.key) })
 			}
+			curs = append(curs, cursor{list: list, place: l.place(r.Region)})
+			size = max(size, len(list))
 		}
 	}
-	// While a region is late, the buckets it last held claims of are
-	// divided too, whether or not a fresh report names them: it holds
-	// them still, and the others must leave it its part.
 	late := slices.Contains(states, Late)
-	if late {
-		for key, h := range l.held {
-			if _, ok := limits[key]; !ok && heldByLate(h, states) {
-				sums[key] = make([]Record, n)
-				limits[key] = h.limit
+	l.divided, l.states = epoch, states
+	out := &claimTable{keys: make([]uint64, 0, size), claims: make([]Claim, 0, size)}
+	held, next := &l.held, &l.next
+	next.reset()
+	sums, views, claims := make([]Record, n), make([]View, n), make([]Claim, n)
+	hi := 0 // the next of held
+	for {
+		// The smallest key left in any of them.
+		key, any := uint64(0), false
+		least := func(k uint64) {
+			if !any || k < key {
+				key, any = k, true
 			}
 		}
-	}
-	l.divided, l.states = epoch, states
-	out := make(map[uint64]Claim, len(sums))
-	views := make([]View, n)
-	for key, b := range limits {
-		h := l.held[key]
+		if len(mine) > 0 {
+			least(mine[0].key)
+		}
+		if hi < len(held.keys) {
+			least(held.keys[hi])
+		}
+		for _, c := range curs {
+			if len(c.list) > 0 {
+				least(c.list[0].key)
+			}
+		}
+		if !any {
+			break
+		}
+		// Each region's demand and usage of the bucket, summed over its
+		// replicas' reports of the epoch, and its smallest limit.
+		var b Bucket
+		used := false
+		for len(mine) > 0 && mine[0].key == key {
+			b, used, mine = mine[0].Bucket, true, mine[1:]
+		}
+		clear(sums)
+		for j := range curs {
+			c := &curs[j]
+			for len(c.list) > 0 && c.list[0].key == key {
+				rec := c.list[0].Record
+				c.list = c.list[1:]
+				if !used {
+					b, used = rec.Bucket, true
+				}
+				sums[c.place].Demand += want(rec.Demand)
+				sums[c.place].Usage += want(rec.Usage)
+				b = Bucket{Size: min(b.Size, want(rec.Size)), Rate: min(b.Rate, want(rec.Rate))}
+			}
+		}
+		var h []Claim // what it held, if anything
+		var heldEpoch int64
+		if hi < len(held.keys) && held.keys[hi] == key {
+			h, heldEpoch = held.claims[hi*n:(hi+1)*n], held.epoch[hi]
+			if !used && late && heldByLate(h, states) {
+				// While a region is late, the buckets it last held claims
+				// of are divided too, whether or not a fresh report names
+				// them: it holds them still, and the others must leave it
+				// its part.
+				b, used = held.limit[hi], true
+			}
+			if !used {
+				// Not divided: held as it was, as long as a region may be
+				// silent; then forgotten.
+				if epoch-heldEpoch <= l.silence {
+					next.keys = append(next.keys, key)
+					next.claims = append(next.claims, h...)
+					next.epoch = append(next.epoch, heldEpoch)
+					next.limit = append(next.limit, held.limit[hi])
+				}
+				hi++
+				continue
+			}
+			hi++
+		}
 		for i := range views {
-			sum := sums[key][i]
+			sum := sums[i]
 			views[i] = View{State: states[i], Demand: sum.Demand, Usage: sum.Usage}
 			if states[i] == Fresh && h != nil {
 				// What it admits until the claims take over: what it was
 				// asked at the epoch's pace, as far as its last claim lets
 				// it. Not counted, its admissions meanwhile would be given
 				// to the others again.
-				views[i].Pending = min(sum.Demand*l.lag, max(h.claims[i].Size-sum.Usage, 0))
+				views[i].Pending = min(sum.Demand*l.lag, max(h[i].Size-sum.Usage, 0))
 			}
 			if states[i] == Late {
 				// What it last held; never worked out here (the bucket is
 				// new here since), an equal part, as it counts ours.
 				views[i].Held = Claim{Size: b.Size / float64(n), Share: 1 / float64(n)}
 				if h != nil {
-					views[i].Held = h.claims[i]
+					views[i].Held = h[i]
 				}
 			}
 		}
-		claims := make([]Claim, n)
 		Divide(b.Size, b.Rate, views, claims)
 		if late && h != nil {
 			// While a region is late, no region's claim grows: a region
@@ -244,20 +385,19 @@ func (l *Ledger) Claims(epoch int64, buckets map[uint64]Bucket) map[uint64]Claim
 			// and only parts that shrink keep them within the limit.
 			for i := range claims {
 				if states[i] == Fresh {
-					claims[i] = Claim{Size: min(claims[i].Size, h.claims[i].Size), Share: min(claims[i].Share, h.claims[i].Share)}
+					claims[i] = Claim{Size: min(claims[i].Size, h[i].Size), Share: min(claims[i].Share, h[i].Share)}
 				}
 			}
 		}
-		l.held[key] = &heldClaims{claims: claims, epoch: epoch, limit: b}
-		out[key] = claims[l.self]
+		next.keys = append(next.keys, key)
+		next.claims = append(next.claims, claims...)
+		next.epoch = append(next.epoch, epoch)
+		next.limit = append(next.limit, b)
+		out.keys = append(out.keys, key)
+		out.claims = append(out.claims, claims[l.self])
 	}
-	// Claims of buckets no longer used here for as long as a region may
-	// be silent are forgotten.
-	for key, h := range l.held {
-		if epoch-h.epoch > l.silence {
-			delete(l.held, key)
-		}
-	}
+	l.held, l.next = l.next, l.held
+	out.index()
 	return out
 }
 
@@ -274,15 +414,20 @@ func (l *Ledger) Replicas(region string, epoch int64) int {
 	return max(n, 1)
 }
 
-// heldByLate reports whether a late region holds a claim in h.
-func heldByLate(h *heldClaims, states []State) bool {
+// heldByLate reports whether a late region holds a claim in held, the
+// claims of a bucket by region place.
+func heldByLate(held []Claim, states []State) bool {
 	for i, st := range states {
-		if st == Late && (h.claims[i].Size > 0 || h.claims[i].Share > 0) {
+		if st == Late && (held[i].Size > 0 || held[i].Share > 0) {
 			return true
 		}
 	}
 	return false
 }
+
+// holds reports whether the ledger keeps reports of the replica of
+// field ("region/replica").
+func (l *Ledger) holds(field string) bool { return l.reports[field] != nil }
 
 // Forget drops the reports of replicas silent for more than the silence,
 // so that the ledger holds what live replicas published.
@@ -290,6 +435,8 @@ func (l *Ledger) Forget(epoch int64) {
 	for key, two := range l.reports {
 		if epoch-two[0].Epoch > l.silence {
 			delete(l.reports, key)
+			l.recycle(two[0], Report{})
+			l.recycle(two[1], Report{})
 		}
 	}
 }

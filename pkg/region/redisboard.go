@@ -7,7 +7,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/store/redis"
 )
 
-// RedisBoard is a region's Redis store as a Board: its ExchangeReport.
+// RedisBoard is a region's Redis store as a Board (its ExchangeReport)
+// and a Poster (its PostReport).
 func RedisBoard(s *redis.Store) Board { return redisBoard{s} }
 
 type redisBoard struct{ s *redis.Store }
@@ -22,4 +23,9 @@ func (b redisBoard) ExchangeReport(ctx context.Context, now time.Time, field str
 		out[i] = Posted{Field: p.Replica, Report: p.Record}
 	}
 	return out, nil
+}
+
+// PostReport writes report as field's, and reads nothing back.
+func (b redisBoard) PostReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) error {
+	return b.s.PostReport(ctx, now, field, report, ttl)
 }

@@ -1,11 +1,14 @@
 package region
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"iter"
 	"math"
+	"slices"
 )
 
 // KeyHash is what reports name a bucket by: the 64-bit FNV-1a hash of its
@@ -32,17 +35,66 @@ const MaxReportBuckets = 1 << 20
 
 // AppendReport appends r's epoch and records, encoded, to b: the version,
 // the epoch (8 bytes), then each record, big-endian (region and replica
-// are the field it is published under).
+// are the field it is published under). The records an Exchange makes go
+// in the order of their keys, which its readers take without a map.
 func AppendReport(b []byte, r Report) []byte {
+	b = slices.Grow(b, 9+recordBytes*r.len())
 	b = append(b, reportVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Epoch))
-	for key, rec := range r.Buckets {
+	for key, rec := range r.all() {
 		b = binary.BigEndian.AppendUint64(b, key)
-		for _, f := range []float64{rec.Demand, rec.Usage, rec.Size, rec.Rate} {
-			b = binary.BigEndian.AppendUint64(b, math.Float64bits(f))
-		}
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(rec.Demand))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(rec.Usage))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(rec.Size))
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(rec.Rate))
 	}
 	return b
+}
+
+// keyed is a record and its bucket's key hash.
+type keyed struct {
+	key uint64
+	Record
+}
+
+// all yields r's records: its list's, or its Buckets'.
+func (r *Report) all() iter.Seq2[uint64, Record] {
+	return func(yield func(uint64, Record) bool) {
+		if r.list == nil {
+			for key, rec := range r.Buckets {
+				if !yield(key, rec) {
+					return
+				}
+			}
+			return
+		}
+		for _, k := range r.list {
+			if !yield(k.key, k.Record) {
+				return
+			}
+		}
+	}
+}
+
+// len is how many records r has.
+func (r *Report) len() int {
+	if r.list == nil {
+		return len(r.Buckets)
+	}
+	return len(r.list)
+}
+
+// lookup returns r's record of key.
+func (r *Report) lookup(key uint64) (Record, bool) {
+	if r.list == nil {
+		rec, ok := r.Buckets[key]
+		return rec, ok
+	}
+	i, ok := slices.BinarySearchFunc(r.list, key, func(k keyed, key uint64) int { return cmp.Compare(k.key, key) })
+	if !ok {
+		return Record{}, false
+	}
+	return r.list[i].Record, true
 }
 
 // errReport is an encoded report that cannot be read.
@@ -71,6 +123,58 @@ func ParseReport(region, replica string, b []byte) (Report, error) {
 		r.Buckets[binary.BigEndian.Uint64(p)] = Record{Demand: f(p[8:]), Usage: f(p[16:]), Bucket: Bucket{Size: f(p[24:]), Rate: f(p[32:])}}
 	}
 	return r, nil
+}
+
+// parseReport reads a report as ParseReport does, into a list (reusing
+// list's room) instead of a map: one record a key, the last of a key
+// encoded twice, in the order of their keys. A report encoded in that
+// order, as Exchanges encode theirs, is read in one pass; another is
+// sorted.
+func parseReport[T string | []byte](region, replica string, b T, list []keyed) (Report, error) {
+	if len(b) < 9 || b[0] != reportVersion {
+		return Report{}, errReport
+	}
+	body := b[9:]
+	if len(body)%recordBytes != 0 {
+		return Report{}, fmt.Errorf("%w: %d bytes of records, not a whole number of %d", errReport, len(body), recordBytes)
+	}
+	n := len(body) / recordBytes
+	if n > MaxReportBuckets {
+		return Report{}, fmt.Errorf("%w: %d buckets, more than %d", errReport, n, MaxReportBuckets)
+	}
+	list = slices.Grow(list[:0], n)[:n]
+	f := func(p T) float64 { return want(math.Float64frombits(be64(p))) }
+	ordered := true
+	for i := range n {
+		p := body[i*recordBytes : (i+1)*recordBytes]
+		list[i] = keyed{key: be64(p), Record: Record{Demand: f(p[8:]), Usage: f(p[16:]), Bucket: Bucket{Size: f(p[24:]), Rate: f(p[32:])}}}
+		if i > 0 && list[i-1].key >= list[i].key {
+			ordered = false
+		}
+	}
+	if !ordered {
+		// In order, a key's records in the order encoded: the last stays.
+		slices.SortStableFunc(list, func(a, b keyed) int { return cmp.Compare(a.key, b.key) })
+		kept := list[:0]
+		for i, k := range list {
+			if i+1 < len(list) && list[i+1].key == k.key {
+				continue
+			}
+			kept = append(kept, k)
+		}
+		list = kept
+	}
+	if list == nil {
+		list = []keyed{}
+	}
+	return Report{Region: region, Replica: replica, Epoch: int64(be64(b[1:9])), list: list}, nil
+}
+
+// be64 reads the big-endian 64 bits at the start of p.
+func be64[T string | []byte](p T) uint64 {
+	_ = p[7]
+	return uint64(p[0])<<56 | uint64(p[1])<<48 | uint64(p[2])<<40 | uint64(p[3])<<32 |
+		uint64(p[4])<<24 | uint64(p[5])<<16 | uint64(p[6])<<8 | uint64(p[7])
 }
 
 // errNotInspectable is a wrapped store that cannot read or reset buckets.

@@ -1,6 +1,7 @@
 package region
 
 import (
+	"encoding/binary"
 	"math"
 	"reflect"
 	"testing"
@@ -59,5 +60,46 @@ func FuzzParseReport(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(again, r) {
 			t.Fatalf("%+v read back as %+v, %v", r, again, err)
 		}
+		sameAsParsed(t, b, r)
 	})
+}
+
+// sameAsParsed fails t unless parseReport reads b as r, ParseReport's
+// reading: the same records, one a key, in the order of their keys.
+func sameAsParsed(t *testing.T, b []byte, r Report) {
+	t.Helper()
+	for _, from := range [][]keyed{nil, make([]keyed, 3, 50)} {
+		got, err := parseReport(r.Region, r.Replica, string(b), from)
+		if err != nil || got.Epoch != r.Epoch || got.len() != len(r.Buckets) {
+			t.Fatalf("parseReport: %d records of epoch %d, %v; want %d of %d", got.len(), got.Epoch, err, len(r.Buckets), r.Epoch)
+		}
+		for i, k := range got.list {
+			if i > 0 && got.list[i-1].key >= k.key {
+				t.Fatalf("parseReport: key %d after %d", k.key, got.list[i-1].key)
+			}
+			if want, ok := r.Buckets[k.key]; !ok || !reflect.DeepEqual(want, k.Record) {
+				t.Fatalf("parseReport: key %d reads %+v, want %+v", k.key, k.Record, want)
+			}
+		}
+	}
+}
+
+// TestParseReportList: reports in the order of their keys, in none, and
+// with a key twice, read into a list as into a map.
+func TestParseReportList(t *testing.T) {
+	rec := func(d float64) []byte {
+		return AppendReport(nil, Report{Buckets: map[uint64]Record{0: {Demand: d, Usage: 1, Bucket: Bucket{Size: 2, Rate: 3}}}})[9+8:]
+	}
+	for _, keys := range [][]uint64{{1, 2, 3}, {3, 1, 2}, {5, 5}, {2, 9, 2, 1, 9}, {}} {
+		b := AppendReport(nil, Report{Epoch: 4})
+		for i, k := range keys {
+			b = binary.BigEndian.AppendUint64(b, k)
+			b = append(b, rec(float64(i))...)
+		}
+		r, err := ParseReport("eu", "a", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsParsed(t, b, r)
+	}
 }

@@ -100,7 +100,7 @@ func (x *Exchange) Bucket(key string, l limit.Limit) BucketView {
 	// force under lmu.
 	x.lmu.Lock()
 	defer x.lmu.Unlock()
-	c, divided := (*x.claims.Load())[hash]
+	c, divided := x.claims.Load().lookup(hash)
 	if !divided {
 		n := float64(len(x.ledger.regions))
 		c = Claim{Size: float64(l.Size) / n, Share: 1 / n}
@@ -128,7 +128,7 @@ func (l *Ledger) statuses() []Status {
 				continue // another epoch's, or a place kept for one
 			}
 			out[i].Replicas++
-			for key, rec := range r.Buckets {
+			for key, rec := range r.all() {
 				buckets[i][key] = true
 				out[i].Demand += want(rec.Demand)
 			}
@@ -144,16 +144,16 @@ func (l *Ledger) statuses() []Status {
 // (rate: the limit's, a second).
 func (l *Ledger) parts(key uint64, rate float64) []Part {
 	out := make([]Part, len(l.regions))
-	h := l.held[key]
+	h := l.held.of(key, len(l.regions))
 	for i, r := range l.regions {
 		out[i] = Part{Region: r, State: l.stateOf(i).String()}
 		if h != nil {
-			out[i].Size, out[i].Rate = h.claims[i].Size, h.claims[i].Share*rate
+			out[i].Size, out[i].Rate = h[i].Size, h[i].Share*rate
 		}
 	}
 	for _, two := range l.reports {
 		for _, r := range two {
-			if rec, ok := r.Buckets[key]; ok && r.Epoch == l.divided-1 {
+			if rec, ok := r.lookup(key); ok && r.Epoch == l.divided-1 {
 				i := l.place(r.Region)
 				if i < 0 {
 					continue
