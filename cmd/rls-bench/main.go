@@ -6,6 +6,7 @@
 //
 //	rls-bench load [flags]          send requests and report
 //	rls-bench rlqs [flags]          emulate Envoys reporting to an RLQS server and report its cost
+//	rls-bench regions [flags]       run regions' exchanges on their Redis and report what they cost
 //	rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once: the gRPC ceiling
 //	rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC, count their spans, keep none
 //	rls-bench plot -in TSV [-o SVG] draw req/s and p99 against concurrency
@@ -53,6 +54,8 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return runLoad(ctx, args, stdout, stderr)
 	case "rlqs":
 		return runRLQS(ctx, args, stdout, stderr)
+	case "regions":
+		return runRegions(ctx, args, stdout, stderr)
 	case "null":
 		return runNull(ctx, args, stdout, stderr)
 	case "otlp":
@@ -76,6 +79,10 @@ func usage(w io.Writer) {
   rls-bench load [flags]          drive an RLS v3 server and report req/s, latency and codes
   rls-bench rlqs [flags]          emulate Envoys reporting their RLQS buckets every interval; report
                                   bucket reports/s, answer latency and, with -pid and -redis, the cost
+  rls-bench regions -redis URL,URL,URL [flags]
+                                  run each region's exchange (package region) on its Redis, feeding
+                                  every replica -buckets buckets an interval; report the exchanges' CPU
+                                  on the service and on each Redis, their bytes and wall time
   rls-bench null [-listen ADDR]   serve RLS v3 answering OK at once, and RLQS answering every bucket
                                   with one token bucket at once (the gRPC-only ceilings)
   rls-bench otlp [-listen ADDR]   take OTLP traces over gRPC and count their spans (to measure tracing)
@@ -94,6 +101,12 @@ Flags of rlqs:
 	rfs, _ := newRLQSFlags(io.Discard)
 	rfs.SetOutput(w)
 	rfs.PrintDefaults()
+	fmt.Fprint(w, `
+Flags of regions:
+`)
+	gfs, _ := newRegionsFlags(io.Discard)
+	gfs.SetOutput(w)
+	gfs.PrintDefaults()
 	fmt.Fprint(w, `
 Flags of null:
 `)

@@ -259,6 +259,13 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"load", "-zipf-s", "1.1"}, exitUsage, "makes no sense with -pick uniform"},
 		{[]string{"help"}, exitOK, "-zipf-s"},
 		{[]string{"null", "extra"}, exitUsage, "unexpected argument"},
+		{[]string{"regions"}, exitUsage, "-redis must name each region's Redis"},
+		{[]string{"regions", "-redis", "redis://a:1,redis://b:2", "-regions", "3"}, exitUsage, "-redis names 2 Redis for 3 regions"},
+		{[]string{"regions", "-redis", "redis://a:1"}, exitUsage, "-regions must be at least 2"},
+		{[]string{"regions", "-redis", "http://a:1,redis://b:2"}, exitUsage, `"http://a:1" is not a redis://host:port URL`},
+		{[]string{"regions", "-redis", "redis://a:1,redis://b:2", "-silence", "100ms"}, exitUsage, "-silence (100ms) must be at least -interval (1s)"},
+		{[]string{"regions", "-redis", "redis://a:1,redis://b:2", "-buckets", "0"}, exitUsage, "-buckets must be from 1"},
+		{[]string{"help"}, exitOK, "Flags of regions:"},
 	} {
 		var stdout, stderr strings.Builder
 		code := run(tc.args, &stdout, &stderr)

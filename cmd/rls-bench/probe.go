@@ -36,14 +36,19 @@ type costs struct {
 	hasService bool
 	redisCPU   time.Duration // Redis's CPU, user and system, if hasRedis
 	redisCalls map[string]int64
-	hasRedis   bool
+	// redisNetIn and redisNetOut are the bytes Redis read from and wrote
+	// to its clients, if hasRedis.
+	redisNetIn, redisNetOut int64
+	hasRedis                bool
 }
 
 // redisInfo is what is read of Redis's INFO: its CPU time, user and system,
-// and the calls of each command (subcommands as "client|setinfo").
+// the calls of each command (subcommands as "client|setinfo"), and the
+// bytes it has read from and written to its clients.
 type redisInfo struct {
-	cpu   time.Duration
-	calls map[string]int64
+	cpu           time.Duration
+	calls         map[string]int64
+	netIn, netOut int64
 }
 
 // readCounters reads the counters the command line asks for.
@@ -80,6 +85,7 @@ func (r reading) minus(b reading) costs {
 	}
 	if c.hasRedis {
 		c.redisCPU = r.redis.cpu - b.redis.cpu
+		c.redisNetIn, c.redisNetOut = r.redis.netIn-b.redis.netIn, r.redis.netOut-b.redis.netOut
 		c.redisCalls = map[string]int64{}
 		for name, n := range r.redis.calls {
 			if d := n - b.redis.calls[name]; d > 0 {
@@ -110,8 +116,9 @@ func procCPU(stat string) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / userHZ, nil
 }
 
-// parseRedisInfo reads INFO's used_cpu_sys and used_cpu_user (seconds)
-// and each cmdstat_NAME line's calls.
+// parseRedisInfo reads INFO's used_cpu_sys and used_cpu_user (seconds),
+// total_net_input_bytes and total_net_output_bytes, and each cmdstat_NAME
+// line's calls.
 func parseRedisInfo(text string) (redisInfo, error) {
 	info := redisInfo{calls: map[string]int64{}}
 	cpuFields := 0
@@ -129,6 +136,16 @@ func parseRedisInfo(text string) (redisInfo, error) {
 			}
 			info.cpu += time.Duration(s * float64(time.Second))
 			cpuFields++
+		case name == "total_net_input_bytes" || name == "total_net_output_bytes":
+			n, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				return info, fmt.Errorf("INFO %s: %w", name, err)
+			}
+			if name == "total_net_input_bytes" {
+				info.netIn = n
+			} else {
+				info.netOut = n
+			}
 		case strings.HasPrefix(name, "cmdstat_"):
 			for field := range strings.SplitSeq(value, ",") {
 				if n, ok := strings.CutPrefix(field, "calls="); ok {

@@ -107,7 +107,7 @@ func TestProcCPU(t *testing.T) {
 	}
 }
 
-const infoText = "# Server\r\nredis_version:7.0.15\r\n\r\n# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n" +
+const infoText = "# Server\r\nredis_version:7.0.15\r\n\r\n# Stats\r\ntotal_net_input_bytes:1234\r\ntotal_net_output_bytes:56789\r\n\r\n# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n" +
 	"used_cpu_sys_children:9.000000\r\n\r\n# Commandstats\r\n" +
 	"cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,rejected_calls=0,failed_calls=0\r\n" +
 	"cmdstat_client|setinfo:calls=2,usec=3,usec_per_call=1.50,rejected_calls=0,failed_calls=0\r\n"
@@ -117,8 +117,9 @@ func TestParseRedisInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.cpu != 3750*time.Millisecond || info.calls["evalsha"] != 12 || info.calls["client|setinfo"] != 2 || len(info.calls) != 2 {
-		t.Errorf("info = %+v; want 3.75s (children left out), evalsha 12, client|setinfo 2", info)
+	if info.cpu != 3750*time.Millisecond || info.calls["evalsha"] != 12 || info.calls["client|setinfo"] != 2 || len(info.calls) != 2 ||
+		info.netIn != 1234 || info.netOut != 56789 {
+		t.Errorf("info = %+v; want 3.75s (children left out), evalsha 12, client|setinfo 2, 1234 bytes in, 56789 out", info)
 	}
 	if _, err := parseRedisInfo("# Commandstats\r\ncmdstat_get:calls=1\r\n"); err == nil {
 		t.Error("INFO without CPU: no error")
