@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -471,9 +472,9 @@ func (x *Exchange) report(epoch int64, now time.Time) Report {
 	secs := x.opts.Interval.Seconds()
 	claims := x.claims.Load()
 	x.lmu.Lock()
-	list := x.ledger.spare()
+	list, late := x.ledger.spare(), x.ledger.lateHere()
 	x.lmu.Unlock()
-	rep := Report{Region: x.opts.Region, Replica: x.replica, Epoch: epoch, list: slices.Grow(list[:0], x.reported)}
+	rep := Report{Region: x.opts.Region, Replica: x.replica, Epoch: epoch, Late: late, list: slices.Grow(list[:0], x.reported)}
 	full, forgot := false, false
 	next := 0 // claims' next key: the uses and the claims go in the same order
 	for _, u := range x.inOrder() {
@@ -555,6 +556,7 @@ func (x *Exchange) Divide(ctx context.Context, epoch int64, now time.Time) error
 // and half an interval later puts the claims worked out of it in force.
 func (x *Exchange) Run(ctx context.Context) {
 	iv := x.opts.Interval
+	x.prepare(ctx)
 	for {
 		now := x.opts.Clock()
 		next := time.Unix(0, (now.UnixNano()/int64(iv)+1)*int64(iv)) // a multiple since the Unix epoch
@@ -570,6 +572,28 @@ func (x *Exchange) Run(ctx context.Context) {
 		}
 		_ = x.Divide(ctx, epoch, x.opts.Clock()) // failed: the claims in force stay
 	}
+}
+
+// preparer is a Board that can get ready for its first exchange: a
+// connection open, what it runs loaded.
+type preparer interface {
+	Prepare(ctx context.Context) error
+}
+
+// prepare gets every store ready for the first exchange, waiting for
+// them at most an interval: a link's round trips to open a connection
+// would otherwise fall in the first exchange's time, and fail it. One
+// that is not ready by then is exchanged with as it is.
+func (x *Exchange) prepare(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, x.opts.Interval)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, b := range append([]Board{x.opts.Own}, slices.Collect(maps.Values(x.opts.Peers))...) {
+		if p, ok := b.(preparer); ok {
+			wg.Go(func() { _ = p.Prepare(ctx) }) // a failure shows in the exchanges
+		}
+	}
+	wg.Wait()
 }
 
 // exchanged notes an exchange with region's store at now, and logs when

@@ -32,7 +32,13 @@ type Record struct {
 type Report struct {
 	Region, Replica string
 	Epoch           int64
-	Buckets         map[uint64]Record
+	// Late names (by KeyHash) the regions its replica counted late at
+	// its last division, for want of their reports or because its own
+	// did not reach them: each of those counts the replica's region late
+	// in turn, so that two regions that do not both hear each other both
+	// hold to what they had.
+	Late    []uint64
+	Buckets map[uint64]Record
 	// list holds the records instead of Buckets, in the order of their
 	// keys, one a key: the reports an Exchange makes and reads, which
 	// cost no map of 100,000 buckets each an interval (report.go).
@@ -66,6 +72,11 @@ type Ledger struct {
 	// undelivered is, by region place, the last epoch whose report of
 	// Self's did not reach that region's store (-1: none).
 	undelivered []int64
+	// selfHash is Self's name's KeyHash; late the regions the last
+	// division counted late first-hand (not heard, or not reached), what
+	// Self's next report says (Report.Late).
+	selfHash uint64
+	late     []uint64
 	// held are the claims last worked out for each bucket, with the
 	// epoch they were worked out at, in the order of the buckets' keys;
 	// next is the arrays the next division fills, then held's. A division
@@ -125,6 +136,7 @@ func NewLedger(self string, regions []string, silence int64, lag time.Duration) 
 		}
 		l.heard[i], l.undelivered[i] = -1, -1
 	}
+	l.selfHash = KeyHash(self)
 	return l
 }
 
@@ -199,6 +211,9 @@ func (l *Ledger) spare() []keyed {
 	return list
 }
 
+// lateHere is what Self's next report says it counted late (Report.Late).
+func (l *Ledger) lateHere() []uint64 { return slices.Clone(l.late) }
+
 func (l *Ledger) place(region string) int {
 	for i, r := range l.regions {
 		if r == region {
@@ -252,6 +267,25 @@ func (l *Ledger) claims(epoch int64, mine []keyedBucket) *claimTable {
 			states[i] = Late
 		default:
 			states[i] = Gone
+		}
+	}
+	// The regions counted late first-hand, for Self's next report; then
+	// those whose report of the epoch counts Self late, late in turn: a
+	// link cut one way, or a write that landed though its answer did not
+	// come back, leaves one side hearing the other but not the other
+	// way, and each must hold to what it had while the other does.
+	l.late = l.late[:0]
+	for i, st := range states {
+		if st != Fresh {
+			l.late = append(l.late, KeyHash(l.regions[i]))
+		}
+	}
+	for _, two := range l.reports {
+		for _, r := range two {
+			if i := l.place(r.Region); i >= 0 && i != l.self && r.Epoch == prev && states[i] == Fresh && slices.Contains(r.Late, l.selfHash) {
+				states[i] = Late
+				fresh--
+			}
 		}
 	}
 	// A region that hears from fewer than half the regions (itself

@@ -29,3 +29,6 @@ func (b redisBoard) ExchangeReport(ctx context.Context, now time.Time, field str
 func (b redisBoard) PostReport(ctx context.Context, now time.Time, field string, report []byte, ttl time.Duration) error {
 	return b.s.PostReport(ctx, now, field, report, ttl)
 }
+
+// Prepare gets the store ready for the first exchange.
+func (b redisBoard) Prepare(ctx context.Context) error { return b.s.PrepareReports(ctx) }

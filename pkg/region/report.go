@@ -21,8 +21,11 @@ func KeyHash(key string) uint64 {
 }
 
 // reportVersion starts an encoded report, so that one of another form is
-// never misread.
-const reportVersion = 1
+// never misread. Version 1 had no late regions; it is still read.
+const reportVersion = 2
+
+// maxLate bounds the late regions a report names.
+const maxLate = 255
 
 // recordBytes is an encoded record's size: its key's hash, demand,
 // usage, size and rate, 8 bytes each.
@@ -33,14 +36,20 @@ const recordBytes = 40
 // another (nothing in a report is trusted).
 const MaxReportBuckets = 1 << 20
 
-// AppendReport appends r's epoch and records, encoded, to b: the version,
-// the epoch (8 bytes), then each record, big-endian (region and replica
+// AppendReport appends r's epoch, late regions and records, encoded, to
+// b: the version, the epoch (8 bytes), the late regions' count (1 byte)
+// and hashes (8 bytes each), then each record, big-endian (region and replica
 // are the field it is published under). The records an Exchange makes go
 // in the order of their keys, which its readers take without a map.
 func AppendReport(b []byte, r Report) []byte {
-	b = slices.Grow(b, 9+recordBytes*r.len())
+	late := r.Late[:min(len(r.Late), maxLate)]
+	b = slices.Grow(b, 10+8*len(late)+recordBytes*r.len())
 	b = append(b, reportVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Epoch))
+	b = append(b, byte(len(late)))
+	for _, h := range late {
+		b = binary.BigEndian.AppendUint64(b, h)
+	}
 	for key, rec := range r.all() {
 		b = binary.BigEndian.AppendUint64(b, key)
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(rec.Demand))
@@ -105,10 +114,10 @@ var errReport = errors.New("not a report of this version")
 // MaxReportBuckets buckets is an error; a quantity that is not a number
 // or is negative reads as none.
 func ParseReport(region, replica string, b []byte) (Report, error) {
-	if len(b) < 9 || b[0] != reportVersion {
-		return Report{}, errReport
+	epoch, late, body, err := reportHead(b)
+	if err != nil {
+		return Report{}, err
 	}
-	body := b[9:]
 	if len(body)%recordBytes != 0 {
 		return Report{}, fmt.Errorf("%w: %d bytes of records, not a whole number of %d", errReport, len(body), recordBytes)
 	}
@@ -116,7 +125,7 @@ func ParseReport(region, replica string, b []byte) (Report, error) {
 	if n > MaxReportBuckets {
 		return Report{}, fmt.Errorf("%w: %d buckets, more than %d", errReport, n, MaxReportBuckets)
 	}
-	r := Report{Region: region, Replica: replica, Epoch: int64(binary.BigEndian.Uint64(b[1:9])), Buckets: make(map[uint64]Record, n)}
+	r := Report{Region: region, Replica: replica, Epoch: epoch, Late: late, Buckets: make(map[uint64]Record, n)}
 	f := func(p []byte) float64 { return want(math.Float64frombits(binary.BigEndian.Uint64(p))) }
 	for i := range n {
 		p := body[i*recordBytes:]
@@ -131,10 +140,10 @@ func ParseReport(region, replica string, b []byte) (Report, error) {
 // order, as Exchanges encode theirs, is read in one pass; another is
 // sorted.
 func parseReport[T string | []byte](region, replica string, b T, list []keyed) (Report, error) {
-	if len(b) < 9 || b[0] != reportVersion {
-		return Report{}, errReport
+	epoch, late, body, err := reportHead(b)
+	if err != nil {
+		return Report{}, err
 	}
-	body := b[9:]
 	if len(body)%recordBytes != 0 {
 		return Report{}, fmt.Errorf("%w: %d bytes of records, not a whole number of %d", errReport, len(body), recordBytes)
 	}
@@ -167,7 +176,27 @@ func parseReport[T string | []byte](region, replica string, b T, list []keyed) (
 	if list == nil {
 		list = []keyed{}
 	}
-	return Report{Region: region, Replica: replica, Epoch: int64(be64(b[1:9])), list: list}, nil
+	return Report{Region: region, Replica: replica, Epoch: epoch, Late: late, list: list}, nil
+}
+
+// reportHead reads an encoded report's epoch and late regions, and
+// returns its records' bytes.
+func reportHead[T string | []byte](b T) (epoch int64, late []uint64, body T, err error) {
+	if len(b) < 9 || b[0] != 1 && b[0] != reportVersion {
+		return 0, nil, body, errReport
+	}
+	epoch, body = int64(be64(b[1:9])), b[9:]
+	if b[0] == 1 {
+		return epoch, nil, body, nil
+	}
+	if len(body) < 1 || len(body) < 1+8*int(body[0]) {
+		return 0, nil, body, fmt.Errorf("%w: cut short in its late regions", errReport)
+	}
+	n := int(body[0])
+	for i := range n {
+		late = append(late, be64(body[1+8*i:]))
+	}
+	return epoch, late, body[1+8*n:], nil
 }
 
 // be64 reads the big-endian 64 bits at the start of p.

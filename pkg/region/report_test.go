@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -51,6 +52,7 @@ func TestReportRefusals(t *testing.T) {
 func FuzzParseReport(f *testing.F) {
 	f.Add(AppendReport(nil, Report{Epoch: 3, Buckets: map[uint64]Record{1: {Demand: 1, Usage: 2, Bucket: Bucket{Size: 3, Rate: 4}}}}))
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseReport("r", "x", b)
 		if err != nil {
@@ -88,7 +90,7 @@ func sameAsParsed(t *testing.T, b []byte, r Report) {
 // with a key twice, read into a list as into a map.
 func TestParseReportList(t *testing.T) {
 	rec := func(d float64) []byte {
-		return AppendReport(nil, Report{Buckets: map[uint64]Record{0: {Demand: d, Usage: 1, Bucket: Bucket{Size: 2, Rate: 3}}}})[9+8:]
+		return AppendReport(nil, Report{Buckets: map[uint64]Record{0: {Demand: d, Usage: 1, Bucket: Bucket{Size: 2, Rate: 3}}}})[10+8:]
 	}
 	for _, keys := range [][]uint64{{1, 2, 3}, {3, 1, 2}, {5, 5}, {2, 9, 2, 1, 9}, {}} {
 		b := AppendReport(nil, Report{Epoch: 4})
@@ -101,5 +103,33 @@ func TestParseReportList(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameAsParsed(t, b, r)
+	}
+}
+
+// TestReportLate: a report's late regions cross with it; a report of the
+// version before (none) is still read, and one cut short in them is not.
+func TestReportLate(t *testing.T) {
+	rec := map[uint64]Record{7: {Demand: 1, Usage: 2, Bucket: Bucket{Size: 3, Rate: 4}}}
+	b := AppendReport(nil, Report{Epoch: 9, Late: []uint64{KeyHash("us"), KeyHash("ap")}, Buckets: rec})
+	for _, parse := range []func([]byte) (Report, error){
+		func(b []byte) (Report, error) { return ParseReport("eu", "a", b) },
+		func(b []byte) (Report, error) { return parseReport("eu", "a", string(b), nil) },
+	} {
+		r, err := parse(b)
+		if err != nil || r.Epoch != 9 || !slices.Equal(r.Late, []uint64{KeyHash("us"), KeyHash("ap")}) {
+			t.Fatalf("read %+v, %v", r, err)
+		}
+		if got, ok := r.lookup(7); !ok || got != rec[7] {
+			t.Fatalf("its record: %+v", got)
+		}
+		// Version 1: no late regions between the epoch and the records.
+		v1 := append([]byte{1}, b[1:9]...)
+		v1 = append(v1, b[10+8*2:]...)
+		if r, err := parse(v1); err != nil || r.Epoch != 9 || r.Late != nil || r.len() != 1 {
+			t.Fatalf("version 1: %+v, %v", r, err)
+		}
+		if _, err := parse(b[:10+8]); err == nil {
+			t.Fatal("a report cut short in its late regions was read")
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -143,6 +144,35 @@ func (s *Store) PostReport(ctx context.Context, now time.Time, field string, rep
 	key := s.keyPrefix + regionsKey
 	if _, _, err := s.reportCall(ctx, s.clientsAt(s.placeOf(key, false)), now, field, report, ttl, true, nil); err != nil {
 		return fmt.Errorf("redis store: posting a region report: %w", err)
+	}
+	return nil
+}
+
+// PrepareReports gets the store ready for its first report call: a
+// connection to the node of the regions' hash, the server's clock read
+// and the script loaded. Over a link of a region's round trip each of
+// these is one, and the first exchange would not fit in its time.
+func (s *Store) PrepareReports(ctx context.Context) error {
+	if err := s.reportsReady(); err != nil {
+		return err
+	}
+	c := s.clientsAt(s.placeOf(s.keyPrefix+regionsKey, false))
+	// In one pipeline, as report calls are sent: the connection it opens
+	// is the one the first report call finds. The clock read here is off
+	// by up to the connection's opening (a round trip or two), against
+	// reports' lives of three intervals; each report call reads it again.
+	p := c.conn.Pipeline()
+	clock := p.Time(ctx)
+	load := p.ScriptLoad(ctx, reportsScript.src)
+	begin := time.Now()
+	if _, err := p.Exec(ctx); err != nil {
+		return fmt.Errorf("redis store: preparing region reports: %w", err)
+	}
+	if err := cmp.Or(clock.Err(), load.Err()); err != nil {
+		return fmt.Errorf("redis store: preparing region reports: %w", err)
+	}
+	if !s.serverKnown.Load() {
+		s.noteServerTime(clock.Val().UnixMicro(), begin, time.Now())
 	}
 	return nil
 }

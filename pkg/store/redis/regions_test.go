@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/netdelay"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -255,5 +256,37 @@ func TestReportsOnTheServersClock(t *testing.T) {
 	got, err := s.ExchangeReport(ctx, time.Now(), "us/b", []byte("us's"), time.Minute)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("us reads %v, %v; want eu's", got, err)
+	}
+}
+
+// TestPrepareReports: a peer's Redis over a link of 100 ms each way. Its
+// first post opens a connection, reads the server's clock and loads the
+// script, one round trip each, past the half second an exchange gives
+// it; prepared ahead, the first post is one round trip.
+func TestPrepareReports(t *testing.T) {
+	srv := redistest.Start(t)
+	link := netdelay.Start(t, srv.Addr(), 100*time.Millisecond)
+	open := func() *Store {
+		s, err := New(Options{Connect: &ClientOptions{URL: "redis://" + link.Addr() + "/0"}, Prefix: "rg:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	post := func(s *Store) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		return s.PostReport(ctx, time.Now(), "eu/a", []byte("eu's"), time.Minute)
+	}
+	if err := post(open()); err == nil {
+		t.Fatal("an unprepared first post over the link fit in half a second: the test shows nothing")
+	}
+	s := open()
+	if err := s.PrepareReports(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := post(s); err != nil {
+		t.Fatalf("the first post after PrepareReports: %v", err)
 	}
 }
