@@ -52,5 +52,16 @@ log "$regions Redis up; measuring ($baseline of feeding alone, then $duration of
 
 args=(-redis "$(IFS=,; echo "${urls[*]}")" -replicas "$replicas" -buckets "$buckets" -interval "$interval"
 	-duration "$duration" -baseline "$baseline")
-if [[ -n $profile ]]; then args+=(-cpuprofile "$profile"); fi
+# The CPU profile attributes the process's CPU to the exchanges directly
+# (their Publish and Divide calls, what they call included), a second
+# figure beside rls-bench's, which subtracts the feeding measured alone
+# and so carries the noise of two measurements on a shared machine.
+profile=${profile:-$work/exchange.prof}
+args+=(-cpuprofile "$profile")
 "$work/rls-bench" regions "${args[@]}" "$@"
+go tool pprof -top -cum "$work/rls-bench" "$profile" 2>/dev/null | awk -v regions="$regions" -v replicas="$replicas" '
+	function secs(v) { if (v ~ /ms$/) return v / 1000; if (v ~ /us$/) return v / 1e6; return v + 0 }
+	/^Duration:/ { d = secs($2) }
+	/\(\*Exchange\)\.(Publish|Divide)$/ { cpu += secs($4) }
+	END { if (d > 0) printf "by profile     the exchanges (Publish and Divide) %.3f cores, %.3f cores a region (%d replicas)\n", cpu / d, cpu / d / regions, replicas }'
+

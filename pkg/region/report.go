@@ -38,17 +38,25 @@ const MaxReportBuckets = 1 << 20
 
 // AppendReport appends r's epoch, late regions and records, encoded, to
 // b: the version, the epoch (8 bytes), the late regions' count (1 byte)
-// and hashes (8 bytes each), then each record, big-endian (region and replica
+// and hashes (8 bytes each; version 1 has none, and is written when there
+// are none), then each record, big-endian (region and replica
 // are the field it is published under). The records an Exchange makes go
 // in the order of their keys, which its readers take without a map.
 func AppendReport(b []byte, r Report) []byte {
 	late := r.Late[:min(len(r.Late), maxLate)]
 	b = slices.Grow(b, 10+8*len(late)+recordBytes*r.len())
-	b = append(b, reportVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(r.Epoch))
-	b = append(b, byte(len(late)))
-	for _, h := range late {
-		b = binary.BigEndian.AppendUint64(b, h)
+	if len(late) == 0 {
+		// Version 1, which replicas of the version before read: while
+		// every region hears every other, as through an upgrade.
+		b = append(b, 1)
+		b = binary.BigEndian.AppendUint64(b, uint64(r.Epoch))
+	} else {
+		b = append(b, reportVersion)
+		b = binary.BigEndian.AppendUint64(b, uint64(r.Epoch))
+		b = append(b, byte(len(late)))
+		for _, h := range late {
+			b = binary.BigEndian.AppendUint64(b, h)
+		}
 	}
 	for key, rec := range r.all() {
 		b = binary.BigEndian.AppendUint64(b, key)

@@ -90,7 +90,7 @@ func sameAsParsed(t *testing.T, b []byte, r Report) {
 // with a key twice, read into a list as into a map.
 func TestParseReportList(t *testing.T) {
 	rec := func(d float64) []byte {
-		return AppendReport(nil, Report{Buckets: map[uint64]Record{0: {Demand: d, Usage: 1, Bucket: Bucket{Size: 2, Rate: 3}}}})[10+8:]
+		return AppendReport(nil, Report{Buckets: map[uint64]Record{0: {Demand: d, Usage: 1, Bucket: Bucket{Size: 2, Rate: 3}}}})[9+8:]
 	}
 	for _, keys := range [][]uint64{{1, 2, 3}, {3, 1, 2}, {5, 5}, {2, 9, 2, 1, 9}, {}} {
 		b := AppendReport(nil, Report{Epoch: 4})
@@ -106,8 +106,9 @@ func TestParseReportList(t *testing.T) {
 	}
 }
 
-// TestReportLate: a report's late regions cross with it; a report of the
-// version before (none) is still read, and one cut short in them is not.
+// TestReportLate: a report's late regions cross with it; a report without
+// any is written as version 1, which replicas of the version before
+// read; one cut short in them is not read.
 func TestReportLate(t *testing.T) {
 	rec := map[uint64]Record{7: {Demand: 1, Usage: 2, Bucket: Bucket{Size: 3, Rate: 4}}}
 	b := AppendReport(nil, Report{Epoch: 9, Late: []uint64{KeyHash("us"), KeyHash("ap")}, Buckets: rec})
@@ -122,9 +123,10 @@ func TestReportLate(t *testing.T) {
 		if got, ok := r.lookup(7); !ok || got != rec[7] {
 			t.Fatalf("its record: %+v", got)
 		}
-		// Version 1: no late regions between the epoch and the records.
-		v1 := append([]byte{1}, b[1:9]...)
-		v1 = append(v1, b[10+8*2:]...)
+		v1 := AppendReport(nil, Report{Epoch: 9, Buckets: rec})
+		if v1[0] != 1 || len(v1) != 9+recordBytes {
+			t.Fatalf("a report without late regions: version %d, %d bytes", v1[0], len(v1))
+		}
 		if r, err := parse(v1); err != nil || r.Epoch != 9 || r.Late != nil || r.len() != 1 {
 			t.Fatalf("version 1: %+v, %v", r, err)
 		}
