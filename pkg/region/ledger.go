@@ -172,16 +172,6 @@ func (l *Ledger) Take(r Report) {
 	l.heard[place] = max(l.heard[place], r.Epoch)
 }
 
-// Undelivered notes that Self's report of epoch did not reach region's
-// store: that region counts Self late, and Self counts it late in turn,
-// so that neither takes more than it held while one hears the other and
-// the other does not (a link cut one way).
-func (l *Ledger) Undelivered(region string, epoch int64) {
-	if i := l.place(region); i >= 0 && i != l.self {
-		l.undelivered[i] = max(l.undelivered[i], epoch)
-	}
-}
-
 // spareLists bounds the lists of reports let go that a ledger keeps for
 // the next (spare).
 const spareLists = 4
@@ -210,9 +200,6 @@ func (l *Ledger) spare() []keyed {
 	l.spares = l.spares[:n-1]
 	return list
 }
-
-// lateHere is what Self's next report says it counted late (Report.Late).
-func (l *Ledger) lateHere() []uint64 { return slices.Clone(l.late) }
 
 func (l *Ledger) place(region string) int {
 	for i, r := range l.regions {
@@ -254,50 +241,7 @@ type cursor struct {
 func (l *Ledger) claims(epoch int64, mine []keyedBucket) *claimTable {
 	prev := epoch - 1
 	n := len(l.regions)
-	states := make([]State, n)
-	fresh := 0
-	for i := range l.regions {
-		switch {
-		case i == l.self || l.heard[i] >= prev && l.undelivered[i] < prev:
-			states[i] = Fresh
-			fresh++
-		case l.heard[i] >= prev:
-			states[i] = Late // it did not get Self's report: it counts Self late
-		case l.heard[i] >= 0 && prev-l.heard[i] <= l.silence:
-			states[i] = Late
-		default:
-			states[i] = Gone
-		}
-	}
-	// The regions counted late first-hand, for Self's next report; then
-	// those whose report of the epoch counts Self late, late in turn: a
-	// link cut one way, or a write that landed though its answer did not
-	// come back, leaves one side hearing the other but not the other
-	// way, and each must hold to what it had while the other does.
-	l.late = l.late[:0]
-	for i, st := range states {
-		if st != Fresh {
-			l.late = append(l.late, KeyHash(l.regions[i]))
-		}
-	}
-	for _, two := range l.reports {
-		for _, r := range two {
-			if i := l.place(r.Region); i >= 0 && i != l.self && r.Epoch == prev && states[i] == Fresh && slices.Contains(r.Late, l.selfHash) {
-				states[i] = Late
-				fresh--
-			}
-		}
-	}
-	// A region that hears from fewer than half the regions (itself
-	// included) is more likely the one cut off than they are gone: it
-	// gives no silent region's claim to itself, however long the silence.
-	if 2*fresh < n {
-		for i, st := range states {
-			if st == Gone && l.heard[i] >= 0 {
-				states[i] = Late
-			}
-		}
-	}
+	states := l.statesAt(prev)
 	// The replicas' reports of the epoch, each a list in the order of
 	// its keys (a report taken with Buckets is put in order here).
 	var curs []cursor
