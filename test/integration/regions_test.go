@@ -148,13 +148,7 @@ func TestRegionsShareALimit(t *testing.T) {
 func shareALimit(t *testing.T, mode regionMode) {
 	rs := startRegions(t, []string{"eu", "us", "ap"}, mode)
 	offers, fair := []float64{60, 30, 10}, []float64{25, 25, 10}
-	var callers []*rlsCaller
-	var parts []allowedCounter
-	for i, r := range rs.replicas {
-		c := startRLSCallerOn(t, r, offers[i], "api", "shared")
-		callers = append(callers, c)
-		parts = append(parts, namedCounter{fmt.Sprintf("region %s's callers", rs.names[i]), c})
-	}
+	callers, parts := startRegionCallers(t, rs, offers)
 	time.Sleep(5 * time.Second)
 	marks := markCalls(callers)
 	rates := measure(10*time.Second, parts...)
@@ -208,6 +202,21 @@ func shareALimit(t *testing.T, mode regionMode) {
 			t.Errorf("%d calls of region %s's callers failed", n, rs.names[i])
 		}
 	}
+}
+
+// startRegionCallers starts a caller on each region's replica of the
+// shared bucket, offering offers a second, and returns them, also as
+// counters named after their region.
+func startRegionCallers(t *testing.T, rs *regionSet, offers []float64) ([]*rlsCaller, []allowedCounter) {
+	t.Helper()
+	var callers []*rlsCaller
+	var parts []allowedCounter
+	for i, r := range rs.replicas {
+		c := startRLSCallerOn(t, r, offers[i], "api", "shared")
+		callers = append(callers, c)
+		parts = append(parts, namedCounter{fmt.Sprintf("region %s's callers", rs.names[i]), c})
+	}
+	return callers, parts
 }
 
 // markCalls marks where each caller's calls start from now.
@@ -328,13 +337,7 @@ func TestRegionsThroughACut(t *testing.T) {
 func throughACut(t *testing.T, mode regionMode) {
 	rs := startRegions(t, []string{"eu", "us", "ap"}, mode)
 	offers := []float64{60, 30, 10}
-	var callers []*rlsCaller
-	var parts []allowedCounter
-	for i, r := range rs.replicas {
-		c := startRLSCallerOn(t, r, offers[i], "api", "shared")
-		callers = append(callers, c)
-		parts = append(parts, namedCounter{fmt.Sprintf("region %s's callers", rs.names[i]), c})
-	}
+	callers, parts := startRegionCallers(t, rs, offers)
 	time.Sleep(6 * time.Second)
 	rs.cut(0, true)
 	callers[1].setRate(60)
@@ -366,6 +369,46 @@ func throughACut(t *testing.T, mode regionMode) {
 	}
 }
 
+// TestRegionsOneWayCut: eu's reports stop reaching us's Redis while us's
+// still reach eu's (one link of the two cut), and meanwhile eu's callers
+// go from 10 to 60 a second. us no longer hears eu and leaves it the
+// claim it held; eu, hearing everyone, must not take more: a write that
+// fails counts its peer late, as the peer counts it. Together the regions
+// stay within the limit and eu within what it held (without this it took
+// 20.6, 65.4 together), no call failing or waiting; after the heal the
+// shares are fair again (20 each).
+func TestRegionsOneWayCut(t *testing.T) {
+	skipShort(t)
+	t.Parallel() // regions of their own: beside the other region tests
+	rs := startRegions(t, []string{"eu", "us", "ap"}, regionModes[0])
+	callers, parts := startRegionCallers(t, rs, []float64{10, 30, 30})
+	time.Sleep(6 * time.Second)
+	rs.links[0][1].Cut()
+	time.Sleep(2 * time.Second)
+	callers[0].setRate(60)
+	time.Sleep(2 * time.Second)
+	marks := markCalls(callers)
+	during := measure(10*time.Second, parts...)
+	total := during[0] + during[1] + during[2]
+	t.Logf("eu's reports cut from us: %.1f, %.1f and %.1f/s, %.1f together", during[0], during[1], during[2], total)
+	if total > 60*1.1 {
+		t.Errorf("with eu's reports cut from us the regions were allowed %.1f/s together, over the limit of 60 and 10%%", total)
+	}
+	if during[0] > 10*1.2 {
+		t.Errorf("with its reports cut from us, eu was allowed %.1f/s, more than the 10 it held: us leaves it only that", during[0])
+	}
+	checkNoCallWaits(t, rs.names, callers, marks, true)
+	rs.links[0][1].Heal()
+	time.Sleep(5 * time.Second)
+	after := measure(8*time.Second, parts...)
+	checkFairOf(t, 60, parts, after, []float64{20, 20, 20})
+	for i, c := range callers {
+		if n := c.errors.Load(); n > 0 {
+			t.Errorf("%d calls of region %s's callers failed", n, rs.names[i])
+		}
+	}
+}
+
 // TestRegionsStoreDown: the same three regions, us's Redis stopped for
 // 15 s. us's calls are answered by its failure mode (the default:
 // unavailable); eu and ap go on as before, none of their calls failing
@@ -377,13 +420,7 @@ func TestRegionsStoreDown(t *testing.T) {
 	t.Parallel() // regions of their own: beside the other region tests
 	rs := startRegions(t, []string{"eu", "us", "ap"}, regionMode{name: "exact", flags: []string{"-region-silence", "5s"}})
 	offers := []float64{60, 30, 10}
-	var callers []*rlsCaller
-	var parts []allowedCounter
-	for i, r := range rs.replicas {
-		c := startRLSCallerOn(t, r, offers[i], "api", "shared")
-		callers = append(callers, c)
-		parts = append(parts, namedCounter{fmt.Sprintf("region %s's callers", rs.names[i]), c})
-	}
+	callers, parts := startRegionCallers(t, rs, offers)
 	time.Sleep(6 * time.Second)
 	rs.servers[1].Stop()
 	stopped := time.Now()
