@@ -122,23 +122,15 @@ var errReport = errors.New("not a report of this version")
 // MaxReportBuckets buckets is an error; a quantity that is not a number
 // or is negative reads as none.
 func ParseReport(region, replica string, b []byte) (Report, error) {
-	epoch, late, body, err := reportHead(b)
+	r, err := parseReport(region, replica, b, nil)
 	if err != nil {
 		return Report{}, err
 	}
-	if len(body)%recordBytes != 0 {
-		return Report{}, fmt.Errorf("%w: %d bytes of records, not a whole number of %d", errReport, len(body), recordBytes)
+	r.Buckets = make(map[uint64]Record, len(r.list))
+	for _, k := range r.list {
+		r.Buckets[k.key] = k.Record
 	}
-	n := len(body) / recordBytes
-	if n > MaxReportBuckets {
-		return Report{}, fmt.Errorf("%w: %d buckets, more than %d", errReport, n, MaxReportBuckets)
-	}
-	r := Report{Region: region, Replica: replica, Epoch: epoch, Late: late, Buckets: make(map[uint64]Record, n)}
-	f := func(p []byte) float64 { return want(math.Float64frombits(binary.BigEndian.Uint64(p))) }
-	for i := range n {
-		p := body[i*recordBytes:]
-		r.Buckets[binary.BigEndian.Uint64(p)] = Record{Demand: f(p[8:]), Usage: f(p[16:]), Bucket: Bucket{Size: f(p[24:]), Rate: f(p[32:])}}
-	}
+	r.list = nil
 	return r, nil
 }
 

@@ -66,8 +66,9 @@ func FuzzParseReport(f *testing.F) {
 	})
 }
 
-// sameAsParsed fails t unless parseReport reads b as r, ParseReport's
-// reading: the same records, one a key, in the order of their keys.
+// sameAsParsed fails t unless parseReport reads b as r, into a new list
+// and into one of another's room: the same records, one a key, in the
+// order of their keys.
 func sameAsParsed(t *testing.T, b []byte, r Report) {
 	t.Helper()
 	for _, from := range [][]keyed{nil, make([]keyed, 3, 50)} {
@@ -94,15 +95,17 @@ func TestParseReportList(t *testing.T) {
 	}
 	for _, keys := range [][]uint64{{1, 2, 3}, {3, 1, 2}, {5, 5}, {2, 9, 2, 1, 9}, {}} {
 		b := AppendReport(nil, Report{Epoch: 4})
+		want := Report{Region: "eu", Replica: "a", Epoch: 4, Buckets: map[uint64]Record{}}
 		for i, k := range keys {
 			b = binary.BigEndian.AppendUint64(b, k)
 			b = append(b, rec(float64(i))...)
+			want.Buckets[k] = Record{Demand: float64(i), Usage: 1, Bucket: Bucket{Size: 2, Rate: 3}} // the last of a key
 		}
 		r, err := ParseReport("eu", "a", b)
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || !reflect.DeepEqual(r, want) {
+			t.Fatalf("keys %v: read %+v, %v; want %+v", keys, r, err, want)
 		}
-		sameAsParsed(t, b, r)
+		sameAsParsed(t, b, want)
 	}
 }
 
