@@ -89,6 +89,10 @@ type Ledger struct {
 	// show.
 	divided int64
 	states  []State
+	// reported is, by region place, what its replicas' reports of the
+	// last division held: what the views show, worked out as it went
+	// through them.
+	reported []reported
 	// spares are lists of reports let go, for the next to fill.
 	spares [][]keyed
 }
@@ -268,6 +272,11 @@ func (l *Ledger) claims(epoch int64, mine []keyedBucket) *claimTable {
 	held, next := &l.held, &l.next
 	next.reset()
 	sums, views, claims := make([]Record, n), make([]View, n), make([]Claim, n)
+	named, seen := make([]reported, n), make([]bool, n)
+	for _, c := range curs {
+		named[c.place].replicas++
+	}
+	l.reported = named // filled as the division goes through the reports
 	hi := 0 // the next of held
 	for {
 		// The smallest key left in any of them.
@@ -299,6 +308,7 @@ func (l *Ledger) claims(epoch int64, mine []keyedBucket) *claimTable {
 			b, used, mine = mine[0].Bucket, true, mine[1:]
 		}
 		clear(sums)
+		clear(seen)
 		for j := range curs {
 			c := &curs[j]
 			for len(c.list) > 0 && c.list[0].key == key {
@@ -307,9 +317,16 @@ func (l *Ledger) claims(epoch int64, mine []keyedBucket) *claimTable {
 				if !used {
 					b, used = rec.Bucket, true
 				}
+				seen[c.place] = true
 				sums[c.place].Demand += want(rec.Demand)
 				sums[c.place].Usage += want(rec.Usage)
 				b = Bucket{Size: min(b.Size, want(rec.Size)), Rate: min(b.Rate, want(rec.Rate))}
+			}
+		}
+		for i, ok := range seen {
+			if ok {
+				named[i].buckets++
+				named[i].demand += sums[i].Demand
 			}
 		}
 		var h []Claim // what it held, if anything

@@ -112,30 +112,23 @@ func (x *Exchange) Bucket(key string, l limit.Limit) BucketView {
 	return v
 }
 
+// reported is what a region's replicas reported of the interval last
+// divided: how many reported, the buckets they named and the hits a
+// second they were asked of them.
+type reported struct {
+	replicas, buckets int
+	demand            float64
+}
+
 // statuses is every region's state at the last division and what its
 // replicas reported of the interval divided.
 func (l *Ledger) statuses() []Status {
 	out := make([]Status, len(l.regions))
-	buckets := make([]map[uint64]bool, len(l.regions))
 	for i, r := range l.regions {
 		out[i] = Status{Region: r, State: l.stateOf(i).String()}
-		buckets[i] = map[uint64]bool{}
-	}
-	for _, two := range l.reports {
-		for _, r := range two {
-			i := l.place(r.Region)
-			if r.Epoch != l.divided-1 || i < 0 {
-				continue // another epoch's, or a place kept for one
-			}
-			out[i].Replicas++
-			for key, rec := range r.all() {
-				buckets[i][key] = true
-				out[i].Demand += want(rec.Demand)
-			}
+		if i < len(l.reported) {
+			out[i].Replicas, out[i].Buckets, out[i].Demand = l.reported[i].replicas, l.reported[i].buckets, l.reported[i].demand
 		}
-	}
-	for i := range out {
-		out[i].Buckets = len(buckets[i])
 	}
 	return out
 }
